@@ -1,0 +1,71 @@
+"""How a VM and the Agent it registered are recognised as the same machine.
+
+The SMBIOS serial an Agent reports for a VMware VM encodes the VM's BIOS UUID
+(`config.uuid`), and MAC addresses are spelled three ways across the systems
+involved (vSphere and Assisted Installer with colons in either case, the Go
+operator's status with hyphens). These functions turn every spelling into one
+canonical form so that identities compare with `==`; anything that is not a
+well-formed identity yields None, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_MAC = re.compile(r"[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}")
+_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
+VMWARE_SERIAL_PREFIX: Final = "vmware-"
+
+
+def _group_uuid(hex32: str) -> str:
+    return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
+
+
+def bios_uuid_from_serial(serial: str | None) -> str | None:
+    """The BIOS UUID encoded in a VMware SMBIOS serial, lower-case 8-4-4-4-12.
+
+    `VMware-42 1c 5a 3b 00 11 22 33-44 55 66 77 88 99 aa bb` -> strip the `VMware-`
+    prefix, spaces and dashes; the 32 hex digits that remain are the UUID. Serials
+    of other vendors, or of a different length, give None.
+    """
+    if not serial:
+        return None
+    text = serial.strip().lower()
+    if not text.startswith(VMWARE_SERIAL_PREFIX):
+        return None
+    digits = text[len(VMWARE_SERIAL_PREFIX) :].replace(" ", "").replace("-", "")
+    if not _HEX32.fullmatch(digits):
+        return None
+    return _group_uuid(digits)
+
+
+def normalize_uuid(value: str | None) -> str | None:
+    """A UUID in lower-case 8-4-4-4-12 form (dashes optional on input), else None."""
+    if not value:
+        return None
+    text = value.strip().lower()
+    if not _UUID.fullmatch(text):
+        return None
+    return _group_uuid(text.replace("-", ""))
+
+
+def normalize_mac(value: str | None) -> str | None:
+    """A MAC address as lower-case colon-separated octets, else None.
+
+    Accepts `00:50:56:AA:BB:CC` and the Go operator's `00-50-56-aa-bb-cc`; mixed
+    separators are rejected.
+    """
+    if not value:
+        return None
+    text = value.strip().lower()
+    if not _MAC.fullmatch(text):
+        return None
+    return text.replace("-", ":")
+
+
+def hyphenated_mac(value: str | None) -> str | None:
+    """A MAC address in the Go operator's status form, `00-50-56-aa-bb-cc`."""
+    mac = normalize_mac(value)
+    return mac.replace(":", "-") if mac else None

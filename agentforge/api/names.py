@@ -1,0 +1,93 @@
+"""Every label, annotation, finalizer and marker name the operator reads or writes.
+
+These strings are part of the wire contract with the Go operator (DOMAIN.md section
+2) and with the upstream projects (HyperShift, CAPI, Assisted Installer): a typo is
+an outage, so they are spelled once, here, and imported everywhere else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+GROUP: Final = "agent-forge.containeroo.ch"
+"""Our API group; also the prefix of our labels, annotations and finalizers."""
+
+FIELD_MANAGER: Final = "agent-forge"
+"""The field manager name sent with every write, so managedFields name us."""
+
+# --- labels and annotations on our objects and on Agents / AgentMachines ------------
+
+LABEL_POOL: Final = f"{GROUP}/vsphere-agent-pool"
+"""On a VsphereAgent: the name of the VsphereAgentPool that requested it."""
+
+LABEL_CREATED_FOR: Final = f"{GROUP}/created-for"
+"""On a VsphereAgent: why it exists (values in `CreatedFor`)."""
+
+LABEL_AGENT_MACHINE: Final = f"{GROUP}/agent-machine"
+"""The AgentMachine a VM was made for. Set on the VsphereAgent and the prepared Agent,
+and pinned into the AgentMachine's `spec.agentLabelSelector.matchLabels`, so each
+AgentMachine binds the Agent of the VM made for it."""
+
+LABEL_NODEPOOL: Final = f"{GROUP}/nodepool"
+"""On prepared Agents: discriminates pools that share one InfraEnv."""
+
+ANNOTATION_VM_NAME: Final = f"{GROUP}/vm-name"
+"""On a VsphereAgent: the vSphere VM name, when it differs from the object name."""
+
+ANNOTATION_VM_BIOS_UUID: Final = f"{GROUP}/vm-bios-uuid"
+"""On an adopted VsphereAgent (optional): the BIOS UUID the named VM must have before
+it is adopted (its ownership markers are stamped only when name and UUID match)."""
+
+ANNOTATION_FORCE_ISO_REFRESH: Final = f"{GROUP}/force-iso-refresh"
+"""On a VsphereAgentPool: each new value forces one discovery ISO re-check."""
+
+FINALIZER_POOL: Final = f"{GROUP}/vsphere-agent-pool"
+"""Holds a pool until its VsphereAgents are gone."""
+
+FINALIZER_VSPHERE_AGENT: Final = f"{GROUP}/vsphere-agent"
+"""Holds a VsphereAgent until its VM is deleted (or retained by policy)."""
+
+
+class CreatedFor(StrEnum):
+    """Values of `LABEL_CREATED_FOR`."""
+
+    AGENT_MACHINE = "agent-machine"
+    """Created by the pool for a waiting AgentMachine."""
+    ADOPTED = "adopted"
+    """Created by a user to adopt an existing VM."""
+
+
+# --- names owned by HyperShift, CAPI and Assisted Installer --------------------------
+
+ANNOTATION_NODEPOOL: Final = "hypershift.openshift.io/nodePool"
+"""On AgentMachines and Machines: `<nodepool-namespace>/<nodepool-name>`."""
+
+LABEL_NODEPOOL_ROLE: Final = "hypershift.openshift.io/nodepool-role"
+"""On prepared Agents: the pool's `spec.agent.role`."""
+
+LABEL_AGENT_MACHINE_REF: Final = "agentMachineRef"
+"""On Agents, set by cluster-api-provider-agent while bound to an AgentMachine."""
+
+LABEL_INFRAENV: Final = "infraenvs.agent-install.openshift.io"
+"""On Agents: the name of the InfraEnv whose discovery ISO registered them."""
+
+AGENT_PROVIDER_ID_PREFIX: Final = "agent://"
+"""An AgentMachine's `spec.providerID` starts with this once an Agent is assigned."""
+
+# --- ownership markers in a VM's extraConfig (see docs/design/0001) -----------------
+
+VM_MARKER_PREFIX: Final = "agentforge.owner."
+VM_MARKER_POOL_NAMESPACE: Final = f"{VM_MARKER_PREFIX}pool-namespace"
+VM_MARKER_POOL_NAME: Final = f"{VM_MARKER_PREFIX}pool-name"
+VM_MARKER_POOL_UID: Final = f"{VM_MARKER_PREFIX}pool-uid"
+VM_MARKER_VSPHERE_AGENT: Final = f"{VM_MARKER_PREFIX}vsphere-agent"
+VM_MARKER_CREATED_BY: Final = f"{VM_MARKER_PREFIX}created-by"
+VM_MARKER_CREATED_BY_VALUE: Final = "agent-forge"
+
+# --- where the operator runs (config/rbac, config/manager) ---------------------------
+
+DEPLOYMENT_NAMESPACE: Final = "agent-forge-system"
+SERVICE_ACCOUNT: Final = "agent-forge-controller-manager"
+MANAGER_ROLE: Final = "agent-forge-manager-role"
+LEADER_ELECTION_ROLE: Final = "agent-forge-leader-election-role"

@@ -1,0 +1,233 @@
+"""VsphereAgent (agent-forge.containeroo.ch/v1alpha1): one requested VM, and the
+checkpoints that make its two slow vSphere operations safe across restarts.
+
+Creating a VM and ejecting its discovery ISO both change vSphere in several steps.
+Before the first step the intent is written to status (`status.creation`,
+`status.isoEjection`) and read back; each further step is recorded before it is
+taken. After a crash the record, not memory, says what to resume, and a record is
+cleared only after success. `isoEjection` keeps every field of the Go operator's
+record (`vmName`, `biosUUID`, `ownerUID`, `datacenter`, `deviceKey`, `isoPath`,
+`startedAt`, `disconnectStarted`, `questionID`), so an operation either operator
+recorded can be finished by the other.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+from pydantic import Field, field_serializer, model_validator
+
+from agentforge.api.conditions import Conditions
+from agentforge.api.fields import (
+    BiosUUID,
+    Count,
+    DatastorePath,
+    Int32,
+    Int64,
+    KubeModel,
+    Time,
+    immutable,
+)
+from agentforge.api.kinds import VSPHERE_AGENT
+from agentforge.api.meta import LocalObjectReference, ObjectMeta
+from agentforge.api.vm import OwnedVM
+
+
+class Ownership(KubeModel):
+    """The ownership markers a VM carries in its extraConfig (`agentforge.owner.*`).
+
+    A destructive step runs only when the VM's markers equal these values.
+    """
+
+    pool_namespace: str = Field(min_length=1)
+    """Marker `agentforge.owner.pool-namespace`."""
+    pool_name: str = Field(min_length=1)
+    """Marker `agentforge.owner.pool-name`."""
+    pool_uid: str = Field(min_length=1, alias="poolUID")
+    """Marker `agentforge.owner.pool-uid`: a re-created pool of the same name differs."""
+    vsphere_agent: str = Field(min_length=1)
+    """Marker `agentforge.owner.vsphere-agent`: the VsphereAgent's name."""
+
+
+class CreationPhase(StrEnum):
+    """Steps of a VM creation, each recorded before it is taken."""
+
+    RECORDED = "Recorded"
+    """Intent written; nothing issued in vSphere yet."""
+    CREATE_ISSUED = "CreateIssued"
+    """CreateVM_Task issued: the VM may exist; find it by `biosUUID`, never create again
+    before looking."""
+    CREATED = "Created"
+    """The VM exists and matches the record; not yet powered on."""
+    POWER_ON_ISSUED = "PowerOnIssued"
+    """PowerOnVM_Task issued; next, record the BIOS UUID and MAC in `status.vm`."""
+
+
+class CreationRecord(KubeModel):
+    """An in-flight VM creation (`status.creation`), cleared once the VM runs.
+
+    The BIOS UUID is chosen before creation and passed as `config.uuid`, so a restart
+    finds a half-created VM by UUID even when the task reference was never recorded.
+    """
+
+    vm_name: str = Field(min_length=1, max_length=80)
+    """The VM's name; also written to `status.vm.name` before creation."""
+    bios_uuid: BiosUUID = Field(alias="biosUUID")
+    """The BIOS UUID requested in the create spec."""
+    ownership: Ownership
+    """The markers written into the VM's extraConfig at creation."""
+    datacenter: str = Field(min_length=1)
+    """The datacenter the VM is created in (the spec may change; the record does not)."""
+    folder: str = Field(min_length=1)
+    """The VM folder used, for a lookup by inventory path as the last resort."""
+    iso_path: DatastorePath | None = None
+    """The discovery ISO inserted into the CD-ROM; counted as in use while recorded."""
+    phase: CreationPhase = CreationPhase.RECORDED
+    """The last step recorded before it was taken."""
+    task_ref: str | None = None
+    """The managed object reference of the last issued vSphere task, once known."""
+    started_at: Time
+    """When the creation was recorded."""
+    attempts: Count = 0
+    """Failed attempts so far (a failed, half-created VM is removed before a retry)."""
+
+
+class ISOEjectionPhase(StrEnum):
+    """Steps of an ISO ejection, each recorded before it is taken."""
+
+    RECORDED = "Recorded"
+    """VM, device and medium recorded; nothing issued yet."""
+    DISCONNECT_ISSUED = "DisconnectIssued"
+    """The CD-ROM reconfigure was (about to be) issued. A question pending before this
+    phase was not raised by us and is never answered."""
+    QUESTION_RECORDED = "QuestionRecorded"
+    """A `msg.cdromdisconnect.locked` question was seen; `questionID` is recorded and
+    only that question may be answered."""
+    ANSWERED = "Answered"
+    """The recorded question was answered Yes; waiting for the reconfigure to finish."""
+
+    @property
+    def disconnect_started(self) -> bool:
+        return self is not ISOEjectionPhase.RECORDED
+
+
+class ISOEjectionRecord(KubeModel):
+    """An authorised ejection of one cached discovery ISO (`status.isoEjection`).
+
+    Everything recovery checks is captured before the disconnect: a resumed operation
+    touches only this VM (UUID and markers), this CD-ROM device and exactly this
+    medium, and answers only the recorded question.
+    """
+
+    vm_name: str = Field(min_length=1)
+    """The VM's name (for messages; identity is the UUID)."""
+    bios_uuid: BiosUUID = Field(alias="biosUUID")
+    """The VM's BIOS UUID; the VM is looked up by it, in `datacenter`."""
+    instance_uuid: BiosUUID | None = Field(default=None, alias="instanceUUID")
+    """The VM's instance UUID when known; a second identity check."""
+    owner_uid: str | None = Field(default=None, alias="ownerUID")
+    """The VsphereAgent's UID (the Go operator's ownership check)."""
+    ownership: Ownership | None = None
+    """The markers the VM must carry. Always set by this operator; absent only on a
+    record the Go operator wrote, which is then checked by `ownerUID`."""
+    server: str | None = None
+    """The vCenter the operation began on; recovery refuses a different one."""
+    datacenter: str = Field(min_length=1)
+    """The datacenter of the VM at recording time."""
+    device_key: Int32 = Field(ge=0)
+    """The CD-ROM's device key."""
+    iso_path: DatastorePath
+    """The exact medium, `[datastore] path`; recovery refuses any other."""
+    phase: ISOEjectionPhase = ISOEjectionPhase.RECORDED
+    """The last step recorded before it was taken."""
+    disconnect_started: bool = False
+    """The Go operator's flag for phase >= DisconnectIssued; derived from `phase`."""
+    question_id: str | None = Field(default=None, alias="questionID")
+    """The id of the CD-lock question, recorded before it is answered."""
+    task_ref: str | None = None
+    """The managed object reference of the reconfigure task, once known."""
+    started_at: Time
+    """When the operation was recorded."""
+    attempts: Count = 0
+    """Failed attempts so far (drives back-off and the EjectionFailed message)."""
+
+    _ORDER: ClassVar[tuple[ISOEjectionPhase, ...]] = tuple(ISOEjectionPhase)
+
+    @model_validator(mode="after")
+    def _phase_from_go_record(self) -> ISOEjectionRecord:
+        """A record without `phase` was written by the Go operator: derive it."""
+        if "phase" not in self.model_fields_set:
+            if self.question_id:
+                self.phase = ISOEjectionPhase.QUESTION_RECORDED
+            elif self.disconnect_started:
+                self.phase = ISOEjectionPhase.DISCONNECT_ISSUED
+        return self
+
+    @field_serializer("disconnect_started")
+    def _serialize_disconnect_started(self, _: bool) -> bool:
+        return self.phase.disconnect_started
+
+    def advanced(
+        self,
+        phase: ISOEjectionPhase,
+        *,
+        question_id: str | None = None,
+        task_ref: str | None = None,
+    ) -> ISOEjectionRecord:
+        """A copy moved forward to `phase` (never backwards), with what it learned."""
+        if self._ORDER.index(phase) < self._ORDER.index(self.phase):
+            raise ValueError(f"ISO ejection cannot move from {self.phase} back to {phase}")
+        if phase is ISOEjectionPhase.QUESTION_RECORDED and not (question_id or self.question_id):
+            raise ValueError("QuestionRecorded needs the question id")
+        update: dict[str, object] = {
+            "phase": phase,
+            "disconnect_started": phase.disconnect_started,
+        }
+        if question_id is not None:
+            update["question_id"] = question_id
+        if task_ref is not None:
+            update["task_ref"] = task_ref
+        return self.model_copy(update=update)
+
+    def failed_attempt(self) -> ISOEjectionRecord:
+        """A copy with one more failed attempt counted."""
+        return self.model_copy(update={"attempts": self.attempts + 1})
+
+
+class VsphereAgentSpec(KubeModel):
+    """The desired state of a VsphereAgent."""
+
+    pool_ref: LocalObjectReference = Field(json_schema_extra=immutable("poolRef"))
+    """The VsphereAgentPool whose configuration creates and manages this VM."""
+
+
+class VsphereAgentStatus(KubeModel):
+    """The observed state of a VsphereAgent."""
+
+    observed_generation: Int64 | None = None
+    """The metadata.generation last reconciled."""
+    vm: OwnedVM | None = None
+    """The VM; `name` is recorded before the VM is created."""
+    creation: CreationRecord | None = None
+    """The in-flight creation of the VM, if any."""
+    iso_ejection: ISOEjectionRecord | None = None
+    """The in-flight ejection of the discovery ISO, if any. It is finished even after
+    the pool opts out, and cleared only after success."""
+    conditions: Conditions = Field(default_factory=list)
+    """Ready and ISOEjected."""
+
+
+class VsphereAgent(KubeModel):
+    """One vSphere VM requested to satisfy AgentMachine demand."""
+
+    api_version: str = VSPHERE_AGENT.api_version
+    kind: str = VSPHERE_AGENT.kind
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: VsphereAgentSpec
+    status: VsphereAgentStatus = Field(default_factory=VsphereAgentStatus)
+
+    @property
+    def vm_name(self) -> str | None:
+        """The VM's name once recorded."""
+        return self.status.vm.name if self.status.vm and self.status.vm.name else None
