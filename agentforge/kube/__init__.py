@@ -1,0 +1,22 @@
+"""The operator runtime: a Kubernetes client, informers, work queues and controllers.
+
+Knows nothing of vSphere. Import modules, not names, and qualify at call sites
+(`from agentforge.kube import queue` -> `queue.WorkQueue`):
+
+* `config`     where the apiserver is and how to authenticate (kubeconfig/in-cluster)
+* `configprobe` runs kubernetes_asyncio's loaders in a child process (saves ~40 MB)
+* `client`     raw-JSON REST client keyed by `agentforge.api.kinds.Kind`
+* `transport`  the shared aiohttp session, retries and request metrics under it
+* `errors`     typed API errors; transport failures kept apart from NotFound
+* `watch`      one watch stream of parsed events
+* `store`      the indexed cache; `ObjectKey`
+* `delta`      how observations change the cache and which events they produce
+* `trim`       transforms that shrink objects before caching
+* `informer`   LIST+WATCH reflector feeding a store and event handlers
+* `ratelimit`  per-key backoff, token buckets, jittered backoff
+* `queue`      client-go work-queue semantics
+* `controller` informer events -> keys -> queue -> reconcile workers
+* `events`     aggregated, rate-limited core/v1 Events
+* `conditions` status conditions helper
+* `leader`     Lease leader election
+"""

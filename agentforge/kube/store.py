@@ -1,0 +1,156 @@
+"""The informer's cache: trimmed objects by key, with secondary indexes.
+
+Promises (client-go `tools/cache` `ThreadSafeStore` + `Indexer`, minus threads: the
+store lives on one event loop and is only written by its informer):
+
+* Objects are addressed by `ObjectKey` ("<namespace>/<name>", or "<name>" for
+  cluster-scoped kinds), the same string the work queue carries.
+* An index is a function from an object to the index values it files under;
+  `by_index(name, value)` answers from a map kept up to date on every write, so a
+  reconciler's "all Agents of this InfraEnv" is a dict lookup, not a scan.
+  The `namespace` index always exists.
+* Callers get the cached dict itself (no copy, to keep memory and CPU flat): treat
+  it as read-only, copy before mutating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NewType
+
+__all__ = [
+    "NAMESPACE_INDEX",
+    "IndexFunc",
+    "ObjectKey",
+    "Store",
+    "key_for",
+    "object_key",
+    "split_key",
+]
+
+ObjectKey = NewType("ObjectKey", str)
+IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
+
+NAMESPACE_INDEX = "namespace"
+
+
+def key_for(*, namespace: str | None, name: str) -> ObjectKey:
+    return ObjectKey(f"{namespace}/{name}" if namespace else name)
+
+
+def object_key(obj: dict[str, Any]) -> ObjectKey:
+    meta = obj["metadata"]
+    return key_for(namespace=meta.get("namespace"), name=meta["name"])
+
+
+def split_key(key: ObjectKey) -> tuple[str | None, str]:
+    namespace, sep, name = key.partition("/")
+    return (namespace, name) if sep else (None, namespace)
+
+
+def _namespace_of(obj: dict[str, Any]) -> Iterable[str]:
+    namespace = obj["metadata"].get("namespace")
+    return (namespace,) if namespace else ()
+
+
+class Store:
+    """Objects by key plus maintained indexes; single event loop, no locking."""
+
+    def __init__(self) -> None:
+        self._items: dict[ObjectKey, dict[str, Any]] = {}
+        self._indexers: dict[str, IndexFunc] = {}
+        # index name -> index value -> keys; and the values each key is filed under
+        self._indices: dict[str, dict[str, set[ObjectKey]]] = {}
+        # one value is stored bare, not in a 1-tuple: 30,000 objects x indexes add up
+        self._filed: dict[str, dict[ObjectKey, str | tuple[str, ...]]] = {}
+        self.add_index(NAMESPACE_INDEX, _namespace_of)
+
+    # --- indexes ---------------------------------------------------------------------
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        """Register an index; existing objects are filed at once."""
+        if name in self._indexers:
+            raise ValueError(f"index {name!r} already exists")
+        self._indexers[name] = fn
+        self._indices[name] = {}
+        self._filed[name] = {}
+        for key, obj in self._items.items():
+            self._file(name, key, obj)
+
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+        return [self._items[key] for key in self.index_keys(name, value)]
+
+    def index_keys(self, name: str, value: str) -> set[ObjectKey]:
+        try:
+            index = self._indices[name]
+        except KeyError:
+            raise KeyError(f"no index named {name!r}") from None
+        return set(index.get(value, ()))
+
+    def index_values(self, name: str) -> list[str]:
+        return list(self._indices[name])
+
+    # --- reads -----------------------------------------------------------------------
+
+    def get(self, key: ObjectKey) -> dict[str, Any] | None:
+        return self._items.get(key)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[ObjectKey]:
+        return iter(list(self._items))
+
+    def keys(self, *, namespace: str | None = None) -> list[ObjectKey]:
+        if namespace is None:
+            return list(self._items)
+        return list(self._indices[NAMESPACE_INDEX].get(namespace, ()))
+
+    def list(self, *, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace is None:
+            return list(self._items.values())
+        return self.by_index(NAMESPACE_INDEX, namespace)
+
+    # --- writes (the informer's) ----------------------------------------------------
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Store `obj` under its key; return the object it replaced, if any."""
+        key = object_key(obj)
+        old = self._items.get(key)
+        if old is not None:
+            self._unfile_all(key)
+        self._items[key] = obj
+        for name in self._indexers:
+            self._file(name, key, obj)
+        return old
+
+    def pop(self, key: ObjectKey) -> dict[str, Any] | None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._unfile_all(key)
+        return old
+
+    def _file(self, name: str, key: ObjectKey, obj: dict[str, Any]) -> None:
+        values = tuple(dict.fromkeys(self._indexers[name](obj)))
+        if not values:
+            return
+        self._filed[name][key] = values[0] if len(values) == 1 else values
+        index = self._indices[name]
+        for value in values:
+            index.setdefault(value, set()).add(key)
+
+    def _unfile_all(self, key: ObjectKey) -> None:
+        for name, filed in self._filed.items():
+            filed_as = filed.pop(key, ())
+            values = (filed_as,) if isinstance(filed_as, str) else filed_as
+            index = self._indices[name]
+            for value in values:
+                keys = index.get(value)
+                if keys is None:
+                    continue
+                keys.discard(key)
+                if not keys:
+                    del index[value]

@@ -1,0 +1,326 @@
+"""What the process tells the outside: logs, metrics and probes.
+
+* Logging: one handler on the root logger writing JSON lines (for collectors) or
+  text (for people). Every record passes a redaction filter first, so a bearer
+  token, an `Authorization` header or a `password=` that reaches a log message, an
+  `extra` value or a traceback is replaced by `[REDACTED]`; credentials never
+  leave the process through the logs, whoever logged them.
+* Metrics: Prometheus' default registry, so metrics declared at module level by
+  the runtime (work queues, leader election) are served without wiring.
+* Probes: `/healthz` answers 200 while the process is alive and its event loop
+  keeps a heartbeat (a loop that lags more than `max_lag` is reported unhealthy);
+  `/readyz` answers 200 only when every registered readiness check passes (the app
+  registers "informers synced"), 503 before. Each body lists the checks, as the
+  apiserver's `?verbose` output does.
+* Servers: `/metrics` on the metrics address and the probes on the health address
+  (one server when both are the same); port 0 binds a free port, and the bound
+  addresses are logged (`serving` with `endpoint` and `address`) so tests can
+  find them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge
+from prometheus_client.exposition import choose_encoder
+
+from agentforge.settings import BindAddress, LogFormat, LogLevel
+
+__all__ = [
+    "EVENT_LOOP_LAG",
+    "ObservabilityServer",
+    "Probes",
+    "RedactingFilter",
+    "configure_logging",
+    "health_app",
+    "metrics_app",
+    "redact",
+]
+
+log = logging.getLogger(__name__)
+
+EVENT_LOOP_LAG = Gauge(
+    "agent_forge_event_loop_lag_seconds",
+    "How late the last event-loop heartbeat woke up (a busy or blocked loop lags).",
+)
+
+# --- logging -----------------------------------------------------------------------
+
+REDACTED = "[REDACTED]"
+_SECRET_WORDS = r"password|passwd|token|secret|api[_-]?key|client[_-]?secret|credentials?"  # noqa: S105 (names, not a secret)
+_AUTHORIZATION = re.compile(
+    r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)((?:bearer|basic)\s+)?[^\s\"',;}]+"
+)
+_REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*"), rf"\1{REDACTED}"),
+    (
+        re.compile(rf"(?i)\b({_SECRET_WORDS})\b([\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}}]+"),
+        rf"\1\2{REDACTED}",
+    ),
+    # userinfo in URLs: https://user:secret@host
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@"), rf"\1{REDACTED}@"),
+)
+
+
+def redact(text: str) -> str:
+    """`text` with anything that looks like a credential replaced by `[REDACTED]`."""
+    text = _AUTHORIZATION.sub(lambda m: f"{m[1]}{m[2] or ''}{REDACTED}", text)
+    for pattern, replacement in _REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+_STANDARD_ATTRS = frozenset(
+    logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys() | {"message", "asctime"}
+)
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS}
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record's message, string extras and traceback without credentials."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_redacted", False):
+            return True
+        record.msg = redact(record.getMessage())
+        record.args = None
+        for key, value in _extras(record).items():
+            if isinstance(value, str):
+                setattr(record, key, redact(value))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        record.exc_info = None  # the redacted exc_text is what formatters print
+        record._redacted = True
+        return True
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    moment = dt.datetime.fromtimestamp(record.created, tz=dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, the record's extras, exc."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in _extras(record).items():
+            if not key.startswith("_"):
+                entry[key] = value
+        if record.exc_text:
+            entry["exc"] = record.exc_text
+        # Redact the whole line too: nested extras (a dict of headers) are not strings.
+        return redact(json.dumps(entry, default=str, ensure_ascii=False))
+
+
+class TextFormatter(logging.Formatter):
+    """`<ts> <LEVEL> <logger>: <msg> key=value ...` for people reading a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items() if not k.startswith("_"))
+        line = f"{_timestamp(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if extras:
+            line += f" {extras}"
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        return redact(line)
+
+
+def configure_logging(
+    *, level: LogLevel, fmt: LogFormat, stream: TextIO | None = None
+) -> logging.Handler:
+    """Route every logger to one redacting handler on `stream` (stderr by default)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(JsonFormatter() if fmt is LogFormat.JSON else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.value.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    return handler
+
+
+# --- probes --------------------------------------------------------------------------
+
+
+class Probes:
+    """Liveness from an event-loop heartbeat; readiness from named checks."""
+
+    def __init__(
+        self,
+        *,
+        interval: float = 1.0,
+        max_lag: float = 5.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._clock = clock or (lambda: asyncio.get_running_loop().time())
+        self._interval = interval
+        self._max_lag = max_lag
+        self._checks: dict[str, Callable[[], bool]] = {}
+        self._last_beat: float | None = None
+        self._lag = 0.0
+
+    def add_readiness_check(self, name: str, check: Callable[[], bool]) -> None:
+        self._checks[name] = check
+
+    def readiness(self) -> dict[str, bool]:
+        """Each check's verdict; no check registered means not ready."""
+        results: dict[str, bool] = {}
+        for name, check in self._checks.items():
+            try:
+                results[name] = bool(check())
+            except Exception:  # a broken check is a failing check, never a crash
+                log.exception("readiness check failed", extra={"check": name})
+                results[name] = False
+        return results
+
+    def ready(self) -> bool:
+        results = self.readiness()
+        return bool(results) and all(results.values())
+
+    def liveness(self) -> dict[str, bool]:
+        now = self._clock()
+        stalled = self._last_beat is not None and now - self._last_beat > (
+            self._interval + self._max_lag
+        )
+        return {"ping": True, "event-loop": not stalled and self._lag <= self._max_lag}
+
+    async def heartbeat(self) -> None:
+        """Tick forever, measuring how late each tick wakes up."""
+        self._last_beat = self._clock()
+        while True:
+            await asyncio.sleep(self._interval)
+            now = self._clock()
+            self._lag = max(0.0, now - self._last_beat - self._interval)
+            self._last_beat = now
+            EVENT_LOOP_LAG.set(self._lag)
+
+
+def _probe_response(results: dict[str, bool]) -> web.Response:
+    ok = bool(results) and all(results.values())
+    lines = [
+        f"[{'+' if passed else '-'}]{name} {'ok' if passed else 'failed'}"
+        for name, passed in results.items()
+    ]
+    lines.append("ok" if ok else "not ok" if results else "no checks registered")
+    return web.Response(status=200 if ok else 503, text="\n".join(lines) + "\n")
+
+
+def _health_routes(probes: Probes) -> list[web.RouteDef]:
+    async def healthz(_: web.Request) -> web.Response:
+        return _probe_response(probes.liveness())
+
+    async def readyz(_: web.Request) -> web.Response:
+        return _probe_response(probes.readiness())
+
+    return [web.get("/healthz", healthz), web.get("/readyz", readyz)]
+
+
+def _metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
+    async def metrics(request: web.Request) -> web.Response:
+        # Negotiated as prometheus_client's own handler does (text 0.0.4 by default).
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encode(registry), headers={"Content-Type": content_type})
+
+    return [web.get("/metrics", metrics)]
+
+
+def health_app(probes: Probes) -> web.Application:
+    """/healthz and /readyz."""
+    app = web.Application()
+    app.add_routes(_health_routes(probes))
+    return app
+
+
+def metrics_app(registry: CollectorRegistry = REGISTRY) -> web.Application:
+    """/metrics in Prometheus' text format."""
+    app = web.Application()
+    app.add_routes(_metrics_routes(registry))
+    return app
+
+
+class ObservabilityServer:
+    """The HTTP servers for /metrics and the probes, plus the heartbeat they read."""
+
+    def __init__(
+        self,
+        *,
+        probes: Probes,
+        metrics_address: BindAddress | None,
+        health_address: BindAddress | None,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.probes = probes
+        self._registry = registry
+        self._metrics_address = metrics_address
+        self._health_address = health_address
+        self._runners: list[web.AppRunner] = []
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.bound: dict[str, BindAddress] = {}
+
+    async def start(self) -> None:
+        """Bind the servers (and start the heartbeat); `bound` then holds the addresses."""
+        self._heartbeat = asyncio.create_task(self.probes.heartbeat(), name="heartbeat")
+        servers: list[tuple[BindAddress, list[str], list[web.RouteDef]]] = []
+        if self._metrics_address is not None:
+            servers.append((self._metrics_address, ["metrics"], _metrics_routes(self._registry)))
+        if self._health_address is not None:
+            routes = _health_routes(self.probes)
+            if servers and self._health_address == servers[0][0] and self._health_address.port:
+                servers[0][1].append("health")
+                servers[0][2].extend(routes)
+            else:
+                servers.append((self._health_address, ["health"], routes))
+        try:
+            for address, endpoints, routes in servers:
+                await self._serve(address, endpoints, routes)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _serve(
+        self, address: BindAddress, endpoints: list[str], routes: list[web.RouteDef]
+    ) -> None:
+        app = web.Application()
+        app.add_routes(routes)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, host=address.host, port=address.port, reuse_address=True)
+        await site.start()
+        bound = BindAddress(address.host, int(runner.addresses[0][1]))
+        for endpoint in endpoints:
+            self.bound[endpoint] = bound
+            log.info("serving", extra={"endpoint": endpoint, "address": str(bound)})
+
+    async def stop(self) -> None:
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None

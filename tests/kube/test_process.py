@@ -1,0 +1,161 @@
+"""The operator process: probes, metrics, signals and exit codes, against the real API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentforge.api import names
+from agentforge.api.kinds import AGENT
+from agentforge.kube import client
+from sim import paths
+from sim.controlplane.control import ProxyControl
+from sim.controlplane.controlplane import ControlPlane
+from sim.operator import PROBE_STAMP, OperatorProcess, first_to_log, install_operator
+
+NAMESPACE = names.DEPLOYMENT_NAMESPACE
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(controlplane: ControlPlane) -> Path:
+    return install_operator(controlplane)
+
+
+def _leader_args(lease_name: str) -> list[str]:
+    return [
+        "--leader-elect",
+        "--leader-election-namespace",
+        NAMESPACE,
+        "--leader-election-id",
+        lease_name,
+    ]
+
+
+@pytest.fixture
+async def probe_operator(
+    operator_kubeconfig: Path, tmp_path: Path
+) -> AsyncIterator[tuple[OperatorProcess, str]]:
+    """An operator with the probe controller, leading its own Lease."""
+    lease_name = f"t-{secrets.token_hex(4)}"
+    op = OperatorProcess(
+        operator_kubeconfig, *_leader_args(lease_name), log_path=tmp_path / "op.log", probe=True
+    )
+    async with op:
+        await op.wait_ready(within=60)
+        await op.wait_log("became leader", within=20)
+        yield op, lease_name
+
+
+def _agent(name: str, *, stamp: float | None = None) -> dict[str, Any]:
+    annotations = {PROBE_STAMP: repr(stamp)} if stamp is not None else {}
+    return {
+        "apiVersion": AGENT.api_version,
+        "kind": AGENT.kind,
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"approved": False, "role": "worker"},
+    }
+
+
+async def test_readyz_is_503_until_the_caches_synced_then_200(
+    operator_kubeconfig: Path, proxy: ProxyControl, tmp_path: Path
+) -> None:
+    await proxy.set_latency(1500)  # every LIST takes 1.5 s: the unsynced state is visible
+    async with OperatorProcess(operator_kubeconfig, log_path=tmp_path / "op.log") as op:
+        await op.wait_serving(within=30)
+        assert await op.readyz() == 503
+        assert await op.healthz() == 200  # alive while not ready
+        assert not [e for e in op.log_entries() if e.get("msg") == "caches synced"]
+        await proxy.set_latency(0)
+        await op.wait_ready(within=30)
+        synced = await op.wait_log("caches synced", within=1)
+        assert set(synced["objects"]) == {
+            "vsphereagentpools",
+            "vsphereagents",
+            "agents",
+            "agentmachines",
+            "machines",
+            "infraenvs",
+        }
+
+
+async def test_sigterm_drains_releases_and_exits_0_within_a_few_seconds(
+    probe_operator: tuple[OperatorProcess, str],
+) -> None:
+    op, _ = probe_operator
+    op.terminate()
+    started = time.monotonic()
+    assert await op.wait_exit(within=10) == 0
+    assert time.monotonic() - started < 3
+    messages = [e.get("msg") for e in op.log_entries()]
+    assert messages.index("received SIGTERM, shutting down") < messages.index(
+        "released leader lease"
+    )
+    assert messages[-1] == "shut down"
+
+
+async def test_metrics_expose_workqueue_leader_reconcile_and_client_metrics(
+    probe_operator: tuple[OperatorProcess, str], kube: client.KubeClient, namespace: str
+) -> None:
+    op, lease_name = probe_operator
+    await kube.create(AGENT, _agent("metrics-probe", stamp=time.time()), namespace=namespace)
+    key = f"{namespace}/metrics-probe"
+    await op.wait_log("probe reconciled", within=10, where={"key": key})
+    assert await op.metric("leader_election_master_status", name=lease_name) == 1
+    assert await op.metric("workqueue_depth", name="probe") is not None
+    assert (await op.metric("workqueue_adds_total", name="probe") or 0) >= 1
+    assert (await op.metric("agent_forge_reconcile_total", controller="probe") or 0) >= 1
+    assert (
+        await op.metric("agent_forge_event_to_reconcile_seconds_count", controller="probe") or 0
+    ) >= 1
+    assert (await op.metric("agent_forge_kube_requests_total", verb="list") or 0) >= 1
+    assert await op.metric("agent_forge_build_info", version="0.1.0") == 1
+
+
+async def test_only_the_leader_runs_controllers_and_a_new_leader_reconciles_everything(
+    operator_kubeconfig: Path, kube: client.KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    lease_name = f"t-{secrets.token_hex(4)}"
+    args = _leader_args(lease_name)
+    a = OperatorProcess(operator_kubeconfig, *args, log_path=tmp_path / "a.log", probe=True)
+    b = OperatorProcess(operator_kubeconfig, *args, log_path=tmp_path / "b.log", probe=True)
+    async with a, b:
+        await asyncio.gather(a.wait_ready(within=60), b.wait_ready(within=60))
+        leader_op = await first_to_log([a, b], "became leader", within=20)
+        standby = b if leader_op is a else a
+        await kube.create(AGENT, _agent("gated", stamp=time.time()), namespace=namespace)
+        key = f"{namespace}/gated"
+        await leader_op.wait_log("probe reconciled", within=10, where={"key": key})
+        await asyncio.sleep(1)
+        assert not [e for e in standby.log_entries() if e["msg"] == "probe reconciled"]
+        leader_op.terminate()
+        assert await leader_op.wait_exit(within=10) == 0
+        # The new leader builds its controllers on a warm cache: every cached object
+        # is replayed to them, so the Agent changed before the hand-over is reconciled.
+        entry = await standby.wait_log("probe reconciled", within=15, where={"key": key})
+        assert entry["latency_s"] > 0
+
+
+def test_a_bad_setting_exits_2_with_one_message_naming_the_flag_and_no_traceback() -> None:
+    env = dict(os.environ, AGENT_FORGE_RETRY_PERIOD="soon")
+    result = subprocess.run(
+        [sys.executable, "-m", "agentforge", "run", "--max-concurrent-reconciles", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=paths.REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "invalid --max-concurrent-reconciles '0'" in result.stderr
+    assert "invalid --retry-period (from AGENT_FORGE_RETRY_PERIOD) 'soon'" in result.stderr

@@ -1,0 +1,143 @@
+"""Configuration rules: source order, kubeconfig fields, rotating token files."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentforge.kube import config
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:6443/
+    certificate-authority: {ca}
+contexts:
+- name: ctx
+  context: {{cluster: c, user: u}}
+- name: other
+  context: {{cluster: c, user: filetoken}}
+current-context: ctx
+users:
+- name: u
+  user: {{token: sekret}}
+- name: filetoken
+  user: {{tokenFile: token.txt}}
+"""
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Path:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not really a cert\n")
+    (tmp_path / "token.txt").write_text("from-file\n")
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG.format(ca=ca))
+    return path
+
+
+async def test_an_explicit_kubeconfig_gives_server_ca_and_token(kubeconfig: Path) -> None:
+    cfg = await config.load_config(kubeconfig=kubeconfig, environ={})
+    assert cfg.server == "https://127.0.0.1:6443"
+    assert cfg.ca_file == str(kubeconfig.parent / "ca.crt")
+    assert cfg.verify_tls
+    assert cfg.token is not None
+    assert await cfg.token.authorization() == "Bearer sekret"
+    assert "sekret" not in repr(cfg), "credentials never appear in repr"
+
+
+async def test_kubeconfig_env_is_used_when_no_path_is_given(kubeconfig: Path) -> None:
+    cfg = await config.load_config(environ={"KUBECONFIG": str(kubeconfig)})
+    assert cfg.source.startswith(f"kubeconfig {kubeconfig}")
+
+
+async def test_a_token_file_is_reread_after_the_refresh_period(kubeconfig: Path) -> None:
+    cfg = await config.load_config(kubeconfig=kubeconfig, context="other", environ={})
+    token = cfg.token
+    assert isinstance(token, config.FileToken)
+    now = [0.0]
+    token.clock = lambda: now[0]
+    assert await token.authorization() == "Bearer from-file"
+    (kubeconfig.parent / "token.txt").write_text("rotated")
+    assert await token.authorization() == "Bearer from-file", "cached within the period"
+    now[0] = 61.0
+    assert await token.authorization() == "Bearer rotated"
+
+
+async def test_invalidate_forces_a_reread(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    path.write_text("one")
+    token = config.FileToken(path)
+    assert await token.authorization() == "Bearer one"
+    path.write_text("two")
+    token.invalidate()
+    assert await token.authorization() == "Bearer two"
+
+
+async def test_a_missing_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        await config.load_config(kubeconfig=tmp_path / "nope", environ={})
+
+
+EMBEDDED = """
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {{server: "https://127.0.0.1:6443", certificate-authority-data: {ca}}}
+contexts:
+- name: ctx
+  context: {{cluster: c, user: u}}
+current-context: ctx
+users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: {python}
+      args: ["-c", "{script}"]
+      interactiveMode: Never
+"""
+
+PLUGIN = (
+    "import json; print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', "
+    "'kind': 'ExecCredential', 'status': {'token': 'from-plugin', "
+    "'expirationTimestamp': '2999-01-01T00:00:00Z'}}))"
+)
+
+
+async def test_embedded_ca_data_and_exec_plugin_tokens_are_carried_over(tmp_path: Path) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        EMBEDDED.format(
+            ca=base64.b64encode(pem.encode()).decode(), python=sys.executable, script=PLUGIN
+        )
+    )
+    cfg = await config.load_config(kubeconfig=path, environ={})
+    assert cfg.ca_pem == pem, "embedded data outlives the probe's temp files"
+    assert cfg.ca_file is None
+    assert isinstance(cfg.token, config.ExecPluginToken)
+    assert await cfg.token.authorization() == "Bearer from-plugin"
+    assert "from-plugin" not in repr(cfg)
+
+
+def test_the_operator_runtime_never_imports_kubernetes_asyncio() -> None:
+    """Its generated client costs ~40 MB RSS; only the config probe child may load it."""
+    modules = ", ".join(
+        f"agentforge.kube.{m}"
+        for m in ("client", "config", "informer", "controller", "queue", "events", "conditions")
+    )
+    probe = "any(m.startswith('kubernetes_asyncio') for m in sys.modules)"
+    code = f"import sys, {modules}; print({probe})"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
