@@ -1,0 +1,84 @@
+"""The operator's hands in vCenter: an async service over pyVmomi. Knows nothing of Kubernetes.
+
+Entry points: `SessionRegistry` (one shared login per vCenter+user, owned by the app),
+`VsphereService` (the narrow API the reconcilers call), and the frozen value types
+they exchange. Everything raises `errors.VsphereError` subclasses.
+"""
+
+from agentforge.vsphere.cdrom import EjectOutcome, EjectState
+from agentforge.vsphere.credentials import Credentials, SessionKey
+from agentforge.vsphere.datastore import DatastoreFile, Location
+from agentforge.vsphere.errors import (
+    AlreadyExists,
+    ConnectionFailed,
+    InvalidSpec,
+    InvalidState,
+    IsoSourceError,
+    MediaMismatch,
+    NotFound,
+    OwnershipMismatch,
+    PermissionDenied,
+    QuestionRefused,
+    SessionExpired,
+    SizeLimitExceeded,
+    TaskFailed,
+    TransientError,
+    VsphereError,
+)
+from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
+from agentforge.vsphere.iso import IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
+from agentforge.vsphere.markers import OwnershipMarkers, Verdict
+from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
+from agentforge.vsphere.provision import VmRequest
+from agentforge.vsphere.service import VsphereService
+from agentforge.vsphere.session import Session, SessionOptions, SessionRegistry
+from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
+
+__all__ = [
+    "AlreadyExists",
+    "Cdrom",
+    "Choice",
+    "ConnectionFailed",
+    "Credentials",
+    "DatastoreFile",
+    "EjectOutcome",
+    "EjectState",
+    "Firmware",
+    "Hardware",
+    "InvalidSpec",
+    "InvalidState",
+    "IsoLimits",
+    "IsoRecord",
+    "IsoResult",
+    "IsoSource",
+    "IsoSourceError",
+    "Location",
+    "MediaMismatch",
+    "MediumKind",
+    "NicType",
+    "NotFound",
+    "OwnershipMarkers",
+    "OwnershipMismatch",
+    "PermissionDenied",
+    "Placement",
+    "PlacementInvalid",
+    "PowerState",
+    "Problem",
+    "Question",
+    "QuestionRefused",
+    "ScsiType",
+    "Session",
+    "SessionExpired",
+    "SessionKey",
+    "SessionOptions",
+    "SessionRegistry",
+    "SizeLimitExceeded",
+    "TaskFailed",
+    "TransientError",
+    "Validators",
+    "Verdict",
+    "VmFacts",
+    "VmRequest",
+    "VsphereError",
+    "VsphereService",
+]

@@ -1,0 +1,218 @@
+"""Typed errors of the vSphere layer, and the one place that classifies pyVmomi faults.
+
+Callers branch on these classes, never on pyVmomi types: `NotFound` means vCenter
+said the object is not there, which is different from every other failure (a
+transport error is *never* "nothing there"). `TransientError` marks what is worth
+retrying (connection errors, HTTP 503, `TaskInProgress`, a session that expired);
+everything else is permanent and reported. Messages name the object and what to do;
+they never carry credentials (the classifier only reads fault types and fault text
+from vCenter, never request parameters).
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+from typing import Any
+
+from agentforge.vsphere.vmomi import vim, vmodl
+
+
+class VsphereError(Exception):
+    """Base of every error the vSphere layer raises; `subject` names the object."""
+
+    def __init__(self, message: str, *, subject: str = "", fault: str = "") -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.fault = fault
+
+
+class TransientError(VsphereError):
+    """Worth retrying: connection trouble, a busy object, an expired session, HTTP 503."""
+
+
+class SessionExpired(TransientError):
+    """vCenter answered NotAuthenticated: the session must be re-established."""
+
+
+class ConnectionFailed(VsphereError):
+    """vCenter could not be reached or its certificate is not trusted (permanent)."""
+
+
+class NotFound(VsphereError):
+    """vCenter said the object does not exist."""
+
+
+class AlreadyExists(VsphereError):
+    """An object with that name exists (and is not ours to take)."""
+
+
+class PermissionDenied(VsphereError):
+    """Wrong credentials or a missing privilege."""
+
+
+class InvalidSpec(VsphereError):
+    """vCenter rejected the request as invalid; retrying the same request cannot help."""
+
+
+class InvalidState(VsphereError):
+    """The object is in a state that does not allow the operation."""
+
+
+class OwnershipMismatch(VsphereError):
+    """The VM does not carry our exact ownership markers: nothing was touched."""
+
+
+class MediaMismatch(VsphereError):
+    """The CD-ROM does not hold exactly the expected medium: nothing was touched."""
+
+
+class QuestionRefused(VsphereError):
+    """The pending VM question is not the one we are allowed to answer."""
+
+
+class TaskFailed(VsphereError):
+    """A vCenter task ended in error (a permanent fault)."""
+
+
+class IsoSourceError(VsphereError):
+    """The ISO could not be fetched from its source URL."""
+
+
+class SizeLimitExceeded(IsoSourceError):
+    """The ISO is larger than the configured limit; the upload was abandoned."""
+
+
+_TRANSIENT_FAULTS: tuple[type[BaseException], ...] = (
+    vim.fault.TaskInProgress,
+    vmodl.fault.HostCommunication,
+    vim.fault.ConcurrentAccess,
+    vim.fault.ResourceInUse,
+    vim.fault.Timedout,
+    vmodl.fault.SystemError,
+)
+_NOT_FOUND_FAULTS: tuple[type[BaseException], ...] = (
+    vmodl.fault.ManagedObjectNotFound,
+    vim.fault.FileNotFound,
+    vim.fault.NotFound,
+)
+_EXISTS_FAULTS: tuple[type[BaseException], ...] = (
+    vim.fault.DuplicateName,
+    vim.fault.FileAlreadyExists,
+    vim.fault.AlreadyExists,
+)
+_DENIED_FAULTS: tuple[type[BaseException], ...] = (
+    vim.fault.InvalidLogin,
+    vim.fault.NoPermission,
+    vmodl.fault.SecurityError,
+)
+_INVALID_FAULTS: tuple[type[BaseException], ...] = (
+    vmodl.fault.InvalidArgument,
+    vmodl.fault.InvalidRequest,
+    vmodl.fault.NotSupported,
+    vmodl.fault.InvalidType,
+    vim.fault.InvalidDeviceSpec,
+    vim.fault.InvalidVmConfig,
+    vim.fault.InvalidName,
+    vim.fault.InvalidDatastorePath,
+    vim.fault.InvalidController,
+)
+_STATE_FAULTS: tuple[type[BaseException], ...] = (
+    vim.fault.InvalidState,
+    vim.fault.InvalidPowerState,
+)
+
+
+def fault_name(exc: BaseException) -> str:
+    """The vSphere fault name (`TaskInProgress`) or the Python class name."""
+    wsdl = getattr(type(exc), "_wsdlName", None)
+    return str(wsdl) if wsdl else type(exc).__name__
+
+
+def fault_text(exc: BaseException) -> str:
+    """vCenter's own message for a fault, without request details."""
+    msg = getattr(exc, "msg", None)
+    if isinstance(msg, str) and msg:
+        return msg
+    faults = getattr(exc, "faultMessage", None) or []
+    texts = [str(getattr(m, "message", "") or "") for m in faults]
+    return "; ".join(t for t in texts if t)
+
+
+def classify(exc: BaseException, *, subject: str, action: str) -> VsphereError:
+    """Turn any exception from a vCenter call into a typed `VsphereError`.
+
+    `subject` names the object ("VM web-1", "datastore iso-ds"), `action` the
+    operation ("power on"). Unknown errors become a plain `VsphereError` (permanent,
+    reported): they are never read as "not found".
+    """
+    if isinstance(exc, VsphereError):
+        return exc
+    name = fault_name(exc)
+    detail = fault_text(exc)
+    where = f"{action} {subject}".strip()
+    suffix = f": {detail}" if detail else ""
+
+    def make(cls: type[VsphereError], hint: str = "") -> VsphereError:
+        text = f"{where} failed with {name}{suffix}"
+        if hint:
+            text += f" ({hint})"
+        return cls(text, subject=subject, fault=name)
+
+    if isinstance(exc, vim.fault.NotAuthenticated):
+        return make(SessionExpired, "the session expired; it is re-established and retried")
+    if isinstance(exc, vim.fault.InvalidLogin):
+        return make(PermissionDenied, "check the username and password in the credentials")
+    if isinstance(exc, _TRANSIENT_FAULTS):
+        return make(TransientError)
+    if isinstance(exc, _NOT_FOUND_FAULTS):
+        return make(NotFound)
+    if isinstance(exc, _EXISTS_FAULTS):
+        return make(AlreadyExists)
+    if isinstance(exc, _DENIED_FAULTS):
+        privilege = getattr(exc, "privilegeId", "") or ""
+        hint = f"grant privilege {privilege}" if privilege else "grant the user the privilege"
+        return make(PermissionDenied, hint)
+    if isinstance(exc, _INVALID_FAULTS):
+        return make(InvalidSpec)
+    if isinstance(exc, _STATE_FAULTS):
+        return make(InvalidState)
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ConnectionFailed(
+            f"{where} failed: the vCenter certificate is not trusted ({exc.verify_message}); "
+            "add its CA bundle to the credentials, or set insecure only for a lab",
+            subject=subject,
+            fault="SSLCertVerificationError",
+        )
+    if isinstance(exc, http.client.HTTPException):
+        status = _http_status(str(exc))
+        if status is None or status in (429, 502, 503, 504):
+            return make(TransientError)
+        if status in (401, 403):
+            return make(PermissionDenied)
+        if status == 404:
+            return make(NotFound)
+        return make(VsphereError)
+    if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout, socket.gaierror)):
+        return make(TransientError, "vCenter did not answer; retried")
+    if isinstance(exc, OSError):
+        return make(TransientError)
+    if isinstance(exc, vmodl.MethodFault):
+        return make(TaskFailed)
+    return make(VsphereError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TransientError)
+
+
+def _http_status(text: str) -> int | None:
+    head = text.strip().split(" ", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def describe(obj: Any) -> str:
+    """A short, credential-free name for a pyVmomi managed object (`vm-42`)."""
+    moid = getattr(obj, "_moId", None)
+    return str(moid) if moid else repr(obj)

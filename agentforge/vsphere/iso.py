@@ -1,0 +1,388 @@
+"""The ISO pipeline: InfraEnv image -> sha256 -> content-addressed file on a datastore.
+
+Promises:
+- one pass, no temporary local file, constant memory: the source response is read
+  chunk by chunk by an async generator that hashes and counts each chunk and hands
+  it to the datastore PUT only when the PUT asks for more (backpressure);
+- the name `<prefix>/<sha256>.iso` is known only at the end, so bytes land under
+  `<prefix>/.upload-<uuid>.iso` and are then moved to the final name, or deleted
+  when the final file already exists; the temporary file is deleted on any failure;
+- a cheap revalidation first: with the previous validators (ETag, Last-Modified,
+  Content-Length) a conditional GET is sent; 304, or a 200 carrying the same strong
+  validators, plus the final file present on the datastore -> nothing is downloaded;
+- TLS to the source is verified (optional CA bundle); size and timeouts are limits;
+  bytes downloaded are counted (metric and result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from agentforge.vsphere import datastore, errors, metrics
+from agentforge.vsphere.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Validators:
+    etag: str | None = None
+    last_modified: str | None = None
+    content_length: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.etag or self.last_modified)
+
+    @classmethod
+    def of(cls, headers: Any) -> Validators:
+        length = headers.get("Content-Length")
+        return cls(
+            etag=headers.get("ETag"),
+            last_modified=headers.get("Last-Modified"),
+            content_length=int(length) if length and length.isdigit() else None,
+        )
+
+    def same_as(self, other: Validators) -> bool:
+        """Same resource version: equal strong ETag, else equal Last-Modified and length."""
+        if self.etag and other.etag and not self.etag.startswith("W/"):
+            return self.etag == other.etag
+        return bool(
+            self.last_modified
+            and self.last_modified == other.last_modified
+            and self.content_length == other.content_length
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IsoSource:
+    url: str
+    ca_bundle_pem: str | None = None
+    insecure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IsoLimits:
+    max_bytes: int = 8 * 1024**3
+    connect_timeout_seconds: float = 30.0
+    read_timeout_seconds: float = 120.0
+    chunk_bytes: int = 1024 * 1024
+    attempts: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class IsoRecord:
+    """What a previous run learned: enough to revalidate without downloading."""
+
+    sha256: str
+    size: int
+    validators: Validators
+
+
+@dataclass(frozen=True, slots=True)
+class IsoResult:
+    sha256: str
+    size: int
+    path: str  # relative to the datastore root: <prefix>/<sha256>.iso
+    backing: str  # [datastore] <prefix>/<sha256>.iso, the CD-ROM backing file name
+    validators: Validators
+    bytes_downloaded: int
+    reused: bool
+
+    @property
+    def record(self) -> IsoRecord:
+        return IsoRecord(sha256=self.sha256, size=self.size, validators=self.validators)
+
+
+def final_path(prefix: str, sha256: str) -> str:
+    return f"{prefix.strip('/')}/{sha256}.iso"
+
+
+async def ensure_iso(
+    session: Session,
+    *,
+    source: IsoSource,
+    where: datastore.Location,
+    prefix: str,
+    previous: IsoRecord | None = None,
+    limits: IsoLimits | None = None,
+) -> IsoResult:
+    """Make sure the source's current ISO is on the datastore; return where it is."""
+    limits = limits or IsoLimits()
+    with metrics.counted("iso", "ensure") as outcome:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = await _ensure(
+                    session,
+                    source=source,
+                    where=where,
+                    prefix=prefix,
+                    previous=previous,
+                    limits=limits,
+                )
+            except errors.TransientError:
+                if attempt >= limits.attempts:
+                    raise
+                await asyncio.sleep(session.options.retry_initial_seconds * attempt)
+                continue
+            outcome.result = "reused" if result.reused else "uploaded"
+            return result
+
+
+async def _ensure(
+    session: Session,
+    *,
+    source: IsoSource,
+    where: datastore.Location,
+    prefix: str,
+    previous: IsoRecord | None,
+    limits: IsoLimits,
+) -> IsoResult:
+    headers = {"Accept-Encoding": "identity"}
+    if previous is not None and previous.validators.usable:
+        if previous.validators.etag:
+            headers["If-None-Match"] = previous.validators.etag
+        if previous.validators.last_modified:
+            headers["If-Modified-Since"] = previous.validators.last_modified
+    async with _client(source, limits) as client:
+        try:
+            async with client.get(source.url, headers=headers, auto_decompress=False) as resp:
+                validators = Validators.of(resp.headers)
+                if previous is not None and (
+                    resp.status == 304
+                    or (resp.status == 200 and previous.validators.same_as(validators))
+                ):
+                    kept = await _reuse(
+                        session,
+                        where=where,
+                        prefix=prefix,
+                        previous=previous,
+                        validators=validators,
+                    )
+                    if kept is not None:
+                        metrics.iso_op("revalidate", "unchanged")
+                        return kept
+                    if resp.status == 200:
+                        return await _transfer(
+                            session,
+                            resp=resp,
+                            validators=validators,
+                            where=where,
+                            prefix=prefix,
+                            limits=limits,
+                        )
+                elif resp.status == 200:
+                    return await _transfer(
+                        session,
+                        resp=resp,
+                        validators=validators,
+                        where=where,
+                        prefix=prefix,
+                        limits=limits,
+                    )
+                else:
+                    raise _source_error(source, resp.status)
+            # 304 but the file is gone from the datastore: fetch it again, unconditionally.
+            async with client.get(
+                source.url, headers={"Accept-Encoding": "identity"}, auto_decompress=False
+            ) as resp:
+                if resp.status != 200:
+                    raise _source_error(source, resp.status)
+                validators = Validators.of(resp.headers)
+                return await _transfer(
+                    session,
+                    resp=resp,
+                    validators=validators,
+                    where=where,
+                    prefix=prefix,
+                    limits=limits,
+                )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise errors.TransientError(
+                f"download of the ISO from {_safe(source.url)} failed: {type(exc).__name__}",
+                subject=_safe(source.url),
+            ) from None
+
+
+async def _reuse(
+    session: Session,
+    *,
+    where: datastore.Location,
+    prefix: str,
+    previous: IsoRecord,
+    validators: Validators,
+) -> IsoResult | None:
+    path = final_path(prefix, previous.sha256)
+    if not await datastore.exists(session, where=where, path=path):
+        return None
+    merged = Validators(
+        etag=validators.etag or previous.validators.etag,
+        last_modified=validators.last_modified or previous.validators.last_modified,
+        content_length=validators.content_length or previous.validators.content_length,
+    )
+    return IsoResult(
+        sha256=previous.sha256,
+        size=previous.size,
+        path=path,
+        backing=where.path(path),
+        validators=merged,
+        bytes_downloaded=0,
+        reused=True,
+    )
+
+
+async def _transfer(
+    session: Session,
+    *,
+    resp: aiohttp.ClientResponse,
+    validators: Validators,
+    where: datastore.Location,
+    prefix: str,
+    limits: IsoLimits,
+) -> IsoResult:
+    declared = validators.content_length
+    if declared is not None and declared > limits.max_bytes:
+        raise errors.SizeLimitExceeded(
+            f"the ISO at {_safe(str(resp.url))} is {declared} bytes, over the limit of "
+            f"{limits.max_bytes}; raise the limit or check the InfraEnv",
+            subject=_safe(str(resp.url)),
+        )
+    digest = hashlib.sha256()
+    counted = [0]
+    source_failure: list[errors.VsphereError] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        # Errors raised here reach us wrapped by the PUT; remember the real cause.
+        # Each chunk is hashed on a worker thread (hashlib releases the GIL) while the
+        # event loop sends it on; the next chunk waits for that hash, so order holds.
+        loop = asyncio.get_running_loop()
+        hashing: asyncio.Future[None] | None = None
+        try:
+            async for chunk in resp.content.iter_chunked(limits.chunk_bytes):
+                counted[0] += len(chunk)
+                metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
+                if counted[0] > limits.max_bytes:
+                    raise errors.SizeLimitExceeded(
+                        f"the ISO at {_safe(str(resp.url))} exceeds the limit of "
+                        f"{limits.max_bytes} bytes; upload abandoned",
+                        subject=_safe(str(resp.url)),
+                    )
+                if hashing is not None:
+                    await hashing
+                hashing = loop.run_in_executor(None, digest.update, chunk)
+                yield chunk
+            if hashing is not None:
+                await hashing
+                hashing = None
+        except errors.VsphereError as exc:
+            source_failure.append(exc)
+            raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            failure = errors.TransientError(
+                f"download of the ISO from {_safe(str(resp.url))} broke off after "
+                f"{counted[0]} bytes: {type(exc).__name__}",
+                subject=_safe(str(resp.url)),
+            )
+            source_failure.append(failure)
+            raise failure from None
+
+    prefix = prefix.strip("/")
+    await _mkdir_once(session, where, prefix)
+    temp = f"{prefix}/.upload-{uuid.uuid4().hex}.iso"
+    try:
+        try:
+            await datastore.upload(session, where=where, path=temp, body=chunks(), size=declared)
+        except errors.VsphereError:
+            if source_failure:
+                raise source_failure[0] from None
+            raise
+        _check_complete(got=counted[0], declared=declared, url=str(resp.url))
+        sha = digest.hexdigest()
+        final = final_path(prefix, sha)
+        reused = await datastore.exists(session, where=where, path=final)
+        if not reused:
+            try:
+                await datastore.move(session, where=where, source=temp, destination=final)
+            except errors.AlreadyExists:
+                reused = True
+        if reused:
+            await datastore.delete(session, where=where, path=temp)
+    except BaseException:
+        await asyncio.shield(_discard(session, where, temp))
+        raise
+    metrics.iso_op("upload", "discarded_duplicate" if reused else "success")
+    return IsoResult(
+        sha256=sha,
+        size=counted[0],
+        path=final,
+        backing=where.path(final),
+        validators=validators,
+        bytes_downloaded=counted[0],
+        reused=reused,
+    )
+
+
+def _check_complete(*, got: int, declared: int | None, url: str) -> None:
+    if declared is not None and got != declared:
+        raise errors.TransientError(
+            f"the ISO download from {_safe(url)} ended after {got} of {declared} bytes",
+            subject=_safe(url),
+        )
+
+
+async def _discard(session: Session, where: datastore.Location, temp: str) -> None:
+    with contextlib.suppress(Exception):
+        await datastore.delete(session, where=where, path=temp)
+
+
+async def _mkdir_once(session: Session, where: datastore.Location, prefix: str) -> None:
+    async def make() -> bool:
+        await datastore.mkdir(session, where=where, path=prefix)
+        return True
+
+    await session.memo(("mkdir", where, prefix), make)
+
+
+def _client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
+    ctx: ssl.SSLContext | bool
+    if source.insecure:
+        ctx = False
+    else:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        if source.ca_bundle_pem:
+            ctx.load_verify_locations(cadata=source.ca_bundle_pem)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=ctx, limit=4),
+        timeout=aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=limits.connect_timeout_seconds,
+            sock_read=limits.read_timeout_seconds,
+        ),
+        auto_decompress=False,
+    )
+
+
+def _source_error(source: IsoSource, status: int) -> errors.VsphereError:
+    where = _safe(source.url)
+    if status in (429, 500, 502, 503, 504):
+        return errors.TransientError(
+            f"the ISO source {where} answered HTTP {status}", subject=where
+        )
+    return errors.IsoSourceError(
+        f"the ISO source {where} answered HTTP {status}; check the InfraEnv's isoDownloadURL",
+        subject=where,
+    )
+
+
+def _safe(url: str) -> str:
+    """The URL without its query (InfraEnv ISO URLs carry an API key in the query)."""
+    return url.split("?", 1)[0]

@@ -1,0 +1,83 @@
+"""The counters the vSphere layer exports (prometheus-client default registry).
+
+Names and labels are the Go operator's, so dashboards keep working:
+`agent_forge_vsphere_vm_operations_total{operation,result}` and
+`agent_forge_iso_operations_total{operation,result}`; `result` is `success` or the
+error class (`error`, `refused`, `not_found`...). Bytes pulled from ISO sources are
+counted too, so a revalidation that downloads nothing is visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+
+from agentforge.vsphere import errors
+
+VM_OPERATIONS = Counter(
+    "agent_forge_vsphere_vm_operations_total",
+    "vSphere VM operations by operation and result",
+    ["operation", "result"],
+)
+ISO_OPERATIONS = Counter(
+    "agent_forge_iso_operations_total",
+    "ISO cache, upload and ejection operations by operation and result",
+    ["operation", "result"],
+)
+ISO_BYTES_DOWNLOADED = Counter(
+    "agent_forge_iso_downloaded_bytes_total",
+    "Bytes read from ISO sources (InfraEnv image service)",
+)
+
+
+def vm_op(operation: str, result: str) -> None:
+    VM_OPERATIONS.labels(operation=operation, result=result).inc()
+
+
+def iso_op(operation: str, result: str) -> None:
+    ISO_OPERATIONS.labels(operation=operation, result=result).inc()
+
+
+def result_of(exc: BaseException | None) -> str:
+    """A low-cardinality label for an outcome."""
+    if exc is None:
+        return "success"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    table: tuple[tuple[type[BaseException], str], ...] = (
+        (errors.OwnershipMismatch, "refused"),
+        (errors.MediaMismatch, "refused"),
+        (errors.QuestionRefused, "refused"),
+        (errors.AlreadyExists, "conflict"),
+        (errors.NotFound, "not_found"),
+        (errors.PermissionDenied, "denied"),
+        (errors.TransientError, "transient"),
+    )
+    for cls, label in table:
+        if isinstance(exc, cls):
+            return label
+    return "error"
+
+
+@dataclass
+class Outcome:
+    """The label a counted block reports on success; the block may refine it."""
+
+    result: str = "success"
+
+
+@contextlib.contextmanager
+def counted(kind: str, operation: str) -> Iterator[Outcome]:
+    """Count one operation (`kind` is "vm" or "iso") with its result label."""
+    counter = VM_OPERATIONS if kind == "vm" else ISO_OPERATIONS
+    outcome = Outcome()
+    try:
+        yield outcome
+    except BaseException as exc:
+        counter.labels(operation=operation, result=result_of(exc)).inc()
+        raise
+    counter.labels(operation=operation, result=outcome.result).inc()

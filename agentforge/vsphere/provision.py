@@ -1,0 +1,187 @@
+"""Creating a VM: placed by Storage DRS, marked as ours, idempotent, never half-built.
+
+Promises:
+- create is idempotent by name + markers: a same-named VM with our exact markers is
+  returned (and converged: tags, power), any other is reported as `AlreadyExists` and
+  never touched;
+- the datastore comes from `StorageResourceManager.RecommendDatastores` for the
+  pool's datastore cluster; the recommendation is applied by pinning the VM's files
+  and disk to the recommended datastore (as `govc vm.create -datastore-cluster` does);
+- a VM left half-built by a failed step (tags, power on) is removed, and only if it
+  carries our markers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentforge.vsphere import errors, facts, markers, metrics, placement, specs, tags, tasks, vms
+from agentforge.vsphere.session import Session
+from agentforge.vsphere.vmomi import vim
+
+
+@dataclass(frozen=True, slots=True)
+class VmRequest:
+    """Everything needed to create one VM."""
+
+    name: str
+    placement: placement.Placement
+    hardware: specs.Hardware
+    iso_file: str
+    markers: markers.OwnershipMarkers
+    tag_ids: tuple[str, ...] = ()
+    power_on: bool = True
+    bios_uuid: str | None = None  # becomes config.uuid when set (chosen and recorded first)
+
+
+async def create(session: Session, request: VmRequest) -> facts.VmFacts:
+    """Create (or find, if already ours) the VM; powered on, tagged, facts returned."""
+    with metrics.counted("vm", "create"):
+        try:
+            return await _create(session, request)
+        except errors.NotFound:
+            # A cached moref (folder, pool, network...) went stale: resolve afresh, once.
+            placement.invalidate(session, request.placement)
+            return await _create(session, request)
+
+
+async def _create(session: Session, request: VmRequest) -> facts.VmFacts:
+    resolved = await placement.resolve(session, request.placement)
+    folder = await placement.ensure_folder(session, resolved)
+    subject = f"VM {request.name}"
+    index = session.content.searchIndex
+    taken = await session.call(
+        lambda: index.FindChild(entity=folder, name=request.name), subject=subject, action="find"
+    )
+    if taken is not None:
+        return await _adopt_existing(session, request)
+    ds_ref, ds_name = await _recommend(session, resolved, folder, request)
+    spec = specs.create_spec(
+        name=request.name,
+        hardware=request.hardware,
+        network=resolved.network,
+        datastore_name=ds_name,
+        datastore_ref=ds_ref,
+        iso_file=request.iso_file,
+        markers=request.markers,
+        bios_uuid=request.bios_uuid,
+    )
+    try:
+        ref = await tasks.run_task(
+            session,
+            lambda: folder.CreateVM_Task(config=spec, pool=resolved.resource_pool),
+            subject=subject,
+            action="create",
+        )
+    except errors.AlreadyExists:
+        return await _adopt_existing(session, request)
+    try:
+        await _finish(session, ref, request)
+    except BaseException:
+        await _remove_half_built(session, ref, request.markers)
+        raise
+    got = (await vms.fetch(session, [ref])).get(ref._moId)
+    if got is None:
+        raise errors.NotFound(f"{subject} vanished right after it was created", subject=subject)
+    if got.bios_uuid:
+        session.cache[("vm", got.bios_uuid)] = ref
+    return got
+
+
+async def _recommend(
+    session: Session, resolved: placement.ResolvedPlacement, folder: Any, request: VmRequest
+) -> tuple[Any, str]:
+    """Ask Storage DRS where the VM goes; pin its files and disk there (as govc does)."""
+    draft = specs.create_spec(
+        name=request.name,
+        hardware=request.hardware,
+        network=resolved.network,
+        datastore_name=None,
+        datastore_ref=None,
+        iso_file=request.iso_file,
+        markers=request.markers,
+        bios_uuid=request.bios_uuid,
+    )
+    disk = next(
+        c.device for c in draft.deviceChange if isinstance(c.device, vim.vm.device.VirtualDisk)
+    )
+    pod = resolved.storage_pod
+    placement_spec = vim.storageDrs.StoragePlacementSpec(
+        type="create",
+        resourcePool=resolved.resource_pool,
+        folder=folder,
+        configSpec=draft,
+        podSelectionSpec=vim.storageDrs.PodSelectionSpec(
+            storagePod=pod,
+            initialVmConfig=[
+                vim.storageDrs.PodSelectionSpec.VmPodConfig(
+                    storagePod=pod,
+                    disk=[
+                        vim.storageDrs.PodSelectionSpec.DiskLocator(
+                            diskId=disk.key, diskBackingInfo=disk.backing
+                        )
+                    ],
+                )
+            ],
+        ),
+    )
+    srm = session.content.storageResourceManager
+    pod_name = resolved.placement.datastore_cluster
+    result = await session.call(
+        lambda: srm.RecommendDatastores(storageSpec=placement_spec),
+        subject=f"datastore cluster {pod_name}",
+        action="ask Storage DRS for a datastore in",
+    )
+    for rec in getattr(result, "recommendations", None) or []:
+        for action in rec.action or []:
+            dest = getattr(action, "destination", None)
+            if dest is not None:
+                return dest, resolved.pod_datastores.get(dest._moId, dest._moId)
+    raise errors.InvalidSpec(
+        f"Storage DRS recommended no datastore in datastore cluster {pod_name} for VM "
+        f"{request.name} (check free space and that Storage DRS is enabled)",
+        subject=f"datastore cluster {pod_name}",
+    )
+
+
+async def _finish(session: Session, ref: Any, request: VmRequest) -> None:
+    await tags.attach(session, vm_moid=ref._moId, tag_ids=request.tag_ids)
+    if request.power_on:
+        await vms.power_on(session, ref, subject=f"VM {request.name}")
+
+
+async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts:
+    """The name is taken: ours (same markers) -> converge and return it; else refuse."""
+    existing = await vms.find_by_name(session, where=request.placement, name=request.name)
+    if existing is None:
+        raise errors.AlreadyExists(
+            f"VM {request.name}: the name is taken in folder {request.placement.folder} "
+            "by an object that is not a VM; pick another name",
+            subject=f"VM {request.name}",
+        )
+    verdict = markers.verdict(found=existing.markers, expected=request.markers)
+    if verdict is not markers.Verdict.OURS:
+        raise errors.AlreadyExists(
+            f"VM {request.name} already exists in folder {request.placement.folder} and is not "
+            f"ours ({verdict.value} ownership markers); it is left alone: rename or remove it",
+            subject=f"VM {request.name}",
+        )
+    ref = vms.ref_of(session, existing.moid)
+    await _finish(session, ref, request)
+    got = (await vms.fetch(session, [ref])).get(existing.moid, existing)
+    if got.bios_uuid:
+        session.cache[("vm", got.bios_uuid)] = ref
+    return got
+
+
+async def _remove_half_built(
+    session: Session, ref: Any, expected: markers.OwnershipMarkers
+) -> None:
+    got = (await vms.fetch(session, [ref])).get(ref._moId)
+    if got is None:
+        return
+    if markers.verdict(found=got.markers, expected=expected) is not markers.Verdict.OURS:
+        return
+    await vms.power_off_and_destroy(session, ref, got)
+    metrics.vm_op("cleanup", "success")

@@ -1,0 +1,172 @@
+"""`VsphereService`: the narrow async interface the reconcilers use (CAPV's services).
+
+Every method takes keyword arguments and returns frozen dataclasses (facts) or
+raises a typed `errors.VsphereError`. The service holds credentials and borrows the
+shared session for them from a `SessionRegistry` (one login per vCenter+user for the
+whole process), so constructing services per pool is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentforge.vsphere import cdrom, datastore, errors, facts, iso, provision, vms
+from agentforge.vsphere import placement as placements
+from agentforge.vsphere.credentials import Credentials
+from agentforge.vsphere.markers import OwnershipMarkers
+from agentforge.vsphere.placement import Placement, Problem
+from agentforge.vsphere.session import Session, SessionRegistry
+
+
+class VsphereService:
+    def __init__(self, *, registry: SessionRegistry, credentials: Credentials) -> None:
+        self._registry = registry
+        self.credentials = credentials
+
+    async def session(self) -> Session:
+        return await self._registry.session(self.credentials)
+
+    # --- checks -------------------------------------------------------------------
+
+    async def preflight(self, *, placement: Placement) -> list[Problem]:
+        """Every problem with credentials, connectivity and placement, in one go."""
+        where = f"vCenter {self.credentials.netloc}"
+        try:
+            session = await self.session()
+        except errors.PermissionDenied as exc:
+            return [
+                placement_problem(
+                    where, exc, "check username and password in the credentials Secret"
+                )
+            ]
+        except errors.ConnectionFailed as exc:
+            return [
+                placement_problem(where, exc, "add the vCenter CA bundle to the credentials Secret")
+            ]
+        except errors.VsphereError as exc:
+            return [
+                placement_problem(where, exc, "check the server address and network access to it")
+            ]
+        _, problems = await placements.inspect(session, placement)
+        return problems
+
+    # --- VMs ----------------------------------------------------------------------
+
+    async def create_vm(self, *, request: provision.VmRequest) -> facts.VmFacts:
+        return await provision.create(await self.session(), request)
+
+    async def vm_by_uuid(self, *, datacenter: str, bios_uuid: str) -> facts.VmFacts | None:
+        return await vms.facts_by_uuid(
+            await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid
+        )
+
+    async def vms_by_uuid(
+        self, *, datacenter: str, bios_uuids: Sequence[str]
+    ) -> dict[str, facts.VmFacts]:
+        return await vms.facts_by_uuids(
+            await self.session(), datacenter_name=datacenter, bios_uuids=bios_uuids
+        )
+
+    async def vm_by_name(self, *, placement: Placement, name: str) -> facts.VmFacts | None:
+        return await vms.find_by_name(await self.session(), where=placement, name=name)
+
+    async def vms_in_folder(self, *, placement: Placement) -> list[facts.VmFacts]:
+        return await vms.list_folder(await self.session(), placement)
+
+    async def delete_vm(
+        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers
+    ) -> bool:
+        return await vms.delete(
+            await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid, expected=markers
+        )
+
+    async def stamp_markers(
+        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers
+    ) -> facts.VmFacts:
+        return await vms.stamp(
+            await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid, wanted=markers
+        )
+
+    # --- CD-ROM -------------------------------------------------------------------
+
+    async def eject_cdrom(
+        self,
+        *,
+        datacenter: str,
+        vm_uuid: str,
+        device_key: int,
+        expected_backing: str,
+        markers: OwnershipMarkers,
+    ) -> cdrom.EjectOutcome:
+        return await cdrom.eject(
+            await self.session(),
+            datacenter_name=datacenter,
+            bios_uuid=vm_uuid,
+            device_key=device_key,
+            expected_backing=expected_backing,
+            expected_markers=markers,
+        )
+
+    async def answer_cdrom_lock_question(
+        self, *, datacenter: str, vm_uuid: str, question_id: str, markers: OwnershipMarkers
+    ) -> None:
+        await cdrom.answer_lock_question(
+            await self.session(),
+            datacenter_name=datacenter,
+            bios_uuid=vm_uuid,
+            question_id=question_id,
+            expected_markers=markers,
+        )
+
+    async def resume_eject(
+        self, *, datacenter: str, vm_uuid: str, device_key: int
+    ) -> cdrom.EjectOutcome:
+        return await cdrom.resume(
+            await self.session(),
+            datacenter_name=datacenter,
+            bios_uuid=vm_uuid,
+            device_key=device_key,
+        )
+
+    # --- datastore and ISO --------------------------------------------------------
+
+    async def ensure_iso(
+        self,
+        *,
+        source: iso.IsoSource,
+        where: datastore.Location,
+        prefix: str,
+        previous: iso.IsoRecord | None = None,
+        limits: iso.IsoLimits | None = None,
+    ) -> iso.IsoResult:
+        return await iso.ensure_iso(
+            await self.session(),
+            source=source,
+            where=where,
+            prefix=prefix,
+            previous=previous,
+            limits=limits,
+        )
+
+    async def vms_using_datastore(self, *, where: datastore.Location) -> list[facts.VmFacts]:
+        return await datastore.vms_using(await self.session(), where=where)
+
+    async def make_directory(self, *, where: datastore.Location, path: str) -> None:
+        await datastore.mkdir(await self.session(), where=where, path=path)
+
+    async def file_exists(self, *, where: datastore.Location, path: str) -> bool:
+        return await datastore.exists(await self.session(), where=where, path=path)
+
+    async def delete_file(self, *, where: datastore.Location, path: str) -> bool:
+        return await datastore.delete(await self.session(), where=where, path=path)
+
+    async def list_files(
+        self, *, where: datastore.Location, prefix: str, pattern: str = "*.iso"
+    ) -> list[datastore.DatastoreFile]:
+        return await datastore.list_files(
+            await self.session(), where=where, prefix=prefix, pattern=pattern
+        )
+
+
+def placement_problem(subject: str, exc: errors.VsphereError, fix: str) -> Problem:
+    return Problem(subject=subject, message=str(exc), fix=fix)

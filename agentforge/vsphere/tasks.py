@@ -1,0 +1,415 @@
+"""One task waiter per session: every in-flight vCenter task behind one filter.
+
+Instead of one poll loop per task, the waiter keeps a private PropertyCollector with
+a single filter over a `ListView`. Watching a task (or a VM's pending question) adds
+it to the view; registrations from concurrent callers in the same loop tick are
+coalesced into one `ModifyListView` that also drops finished objects. One long poll,
+`WaitForUpdatesEx`, reports the changes of all of them, and asyncio futures resolve.
+Only `info.state`, `info.error` and `info.result` are read (the whole `info` trips a
+simulator quirk and costs more). The long poll runs on its own thread, so it never
+occupies the bounded call pool, and is not rate limited (it is one request per batch
+of updates). It runs only while something is watched.
+
+New members of the view are picked up by the next poll asking for the current state
+(empty version); a poll already waiting is interrupted with `CancelWaitForUpdates`
+(govmomi's simulator does not wake a waiting poll for ListView changes, and a task
+that finished before it joined the view would otherwise be reported late).
+
+After a re-login the collector, view and filter are gone with the old session: the
+waiter rebuilds them and re-registers everything still in flight. A task vCenter no
+longer knows fails its waiters with `errors.NotFound`, never with success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentforge.vsphere import errors, props
+from agentforge.vsphere.vmomi import vim, vmodl
+
+if TYPE_CHECKING:
+    from agentforge.vsphere.session import Session
+
+log = logging.getLogger(__name__)
+
+TASK_PATHS = ("info.state", "info.error", "info.result")
+QUESTION_PATH = "runtime.question"
+REMOVE_BATCH = 32
+
+
+@dataclass(eq=False)
+class _Watch:
+    ref: Any
+    done: Callable[[dict[str, Any]], bool]
+    terminal: bool  # True for tasks: once done, their properties never change again
+    futures: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Collector:
+    pc: Any
+    view: Any
+    generation: int
+    version: str = ""
+
+
+class TaskWaiter:
+    """Resolves futures for task completion and VM questions; owned by a `Session`."""
+
+    def __init__(self, *, session: Session) -> None:
+        self._session = session
+        self._watches: dict[str, _Watch] = {}
+        self._props: dict[str, dict[str, Any]] = {}  # last known properties of viewed objects
+        self._finished: dict[str, dict[str, Any]] = {}  # tasks seen finished, still in view
+        self._in_view: set[str] = set()
+        self._to_add: dict[str, Any] = {}
+        self._to_remove: dict[str, Any] = {}
+        self._collector: _Collector | None = None
+        self._setup_lock = asyncio.Lock()
+        self._flush_lock = asyncio.Lock()
+        self._active = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._poller: ThreadPoolExecutor | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._polling = False
+        self._fresh = False
+        self._closed = False
+        self.polls = 0
+
+    # --- public -----------------------------------------------------------------
+
+    async def wait(self, task: Any, *, subject: str, action: str) -> Any:
+        """Wait for a task; return `info.result`, raise the typed `info.error`."""
+        values = await self._watch(task, _task_done, terminal=True)
+        return task_outcome(values, subject=subject, action=action)
+
+    async def wait_or_question(self, task: Any, vm: Any) -> tuple[dict[str, Any] | None, Any]:
+        """Wait until the task finishes or the VM raises a question, whichever first.
+
+        Returns `(task_props, None)` when the task finished first, or
+        `(None, question_info)` while the task still runs with a question pending.
+        """
+        task_fut = asyncio.ensure_future(self._watch(task, _task_done, terminal=True))
+        q_fut = asyncio.ensure_future(self._watch(vm, _has_question, terminal=False))
+        try:
+            await asyncio.wait({task_fut, q_fut}, return_when=asyncio.FIRST_COMPLETED)
+            if task_fut.done():
+                return task_fut.result(), None
+            return None, q_fut.result().get(QUESTION_PATH)
+        finally:
+            for fut in (task_fut, q_fut):
+                if not fut.done():
+                    fut.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, errors.VsphereError):
+                        await fut
+
+    async def close(self) -> None:
+        self._closed = True
+        collector = self._collector
+        if self._polling and collector is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self._session.run_blocking(collector.pc.CancelWaitForUpdates), timeout=5
+                )
+        for task in (self._runner, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for watch in self._watches.values():
+            for fut in watch.futures:
+                if not fut.done():
+                    fut.set_exception(errors.VsphereError("vCenter session closed"))
+        self._watches.clear()
+        if self._poller is not None:
+            self._poller.shutdown(wait=False, cancel_futures=True)
+
+    # --- registration -----------------------------------------------------------
+
+    async def _watch(
+        self, ref: Any, done: Callable[[dict[str, Any]], bool], *, terminal: bool
+    ) -> dict[str, Any]:
+        """Register interest in `ref` until `done(props)`; share one watch per object.
+
+        A finished task is remembered while it stays in the view, so waiting again costs
+        nothing. A VM (whose properties keep changing) is removed from the view as soon
+        as nobody watches it, and re-added for the next watcher, so a new watch always
+        starts from vCenter's current state, never from a stale copy.
+        """
+        if self._closed:
+            raise errors.VsphereError("vCenter session closed")
+        key = ref._moId
+        if terminal and key in self._finished:
+            return dict(self._finished[key])
+        self.start()
+        watch = self._watches.get(key)
+        if watch is None:
+            watch = _Watch(ref=ref, done=done, terminal=terminal)
+            self._watches[key] = watch
+            if key not in self._in_view:
+                self._to_add[key] = ref
+                self._flush_wanted.set()
+            elif key in self._to_remove:
+                if terminal:
+                    del self._to_remove[key]  # still in view: updates keep arriving
+                else:
+                    self._to_add[key] = ref  # flushed as remove, then add: a fresh state
+                    self._flush_wanted.set()
+        elif watch.done(self._props.get(key, {})):
+            return dict(self._props[key])
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        watch.futures.append(fut)
+        self._active.set()
+        try:
+            return await fut
+        finally:
+            if fut in watch.futures:
+                watch.futures.remove(fut)
+            if not watch.futures and self._watches.get(key) is watch:
+                self._unwatch(key, watch)
+
+    def _unwatch(self, key: str, watch: _Watch) -> None:
+        del self._watches[key]
+        if key in self._to_add and key not in self._in_view:
+            del self._to_add[key]
+        elif key in self._in_view or key in self._to_add:
+            self._to_remove[key] = watch.ref
+            if not watch.terminal or len(self._to_remove) >= REMOVE_BATCH:
+                # VMs go now so the next watch starts fresh; finished tasks go in batches
+                # (or with the next registration), which keeps the view, and the work
+                # vCenter does per update, small.
+                self._flush_wanted.set()
+        if not self._watches:
+            self._active.clear()
+
+    def start(self) -> None:
+        """Start the (idle until needed) polling and registration tasks."""
+        if self._runner is None:
+            self._poller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vsphere-wait")
+            self._runner = asyncio.create_task(self._run(), name="vsphere task waiter")
+            self._flusher = asyncio.create_task(self._flush_loop(), name="vsphere task register")
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            await asyncio.sleep(0)  # let registrations of this tick coalesce
+            self._flush_wanted.clear()
+            try:
+                await self._flush()
+            except errors.VsphereError as exc:
+                log.warning("registering vCenter tasks failed, retried by the waiter: %s", exc)
+
+    async def _flush(self) -> None:
+        async with self._flush_lock:
+            collector = await self._ensure_collector()
+            add = dict(self._to_add)
+            remove = dict(self._to_remove)
+            if not add and not remove:
+                return
+            self._to_add.clear()
+            self._to_remove.clear()
+            try:
+                if add.keys() & remove.keys():  # re-watched VMs: leave first, then enter anew
+                    await self._modify(collector, add={}, remove=remove)
+                    remove = {}
+                missing = await self._modify(collector, add=add, remove=remove)
+                if add:
+                    await self._refresh_poll(collector)
+            except errors.VsphereError:
+                for key, ref in add.items():
+                    self._to_add.setdefault(key, ref)
+                raise
+            for ref in missing or []:
+                self._fail(ref._moId, errors.NotFound(f"vCenter no longer knows {ref._moId}"))
+
+    async def _refresh_poll(self, collector: _Collector) -> None:
+        """Make the next poll report the objects just added, without waiting."""
+        self._fresh = True
+        if self._polling:
+            await self._session.call(
+                collector.pc.CancelWaitForUpdates,
+                subject="task waiter",
+                action="interrupt the long poll of",
+            )
+
+    async def _modify(
+        self, collector: _Collector, *, add: dict[str, Any], remove: dict[str, Any]
+    ) -> Any:
+        adding, removing = list(add.values()), list(remove.values())
+        missing = await self._session.call(
+            lambda: collector.view.ModifyListView(add=adding, remove=removing),
+            subject="task list view",
+            action="register tasks in",
+        )
+        self._in_view.update(add)
+        self._in_view.difference_update(remove)
+        for key in remove:
+            self._props.pop(key, None)
+            self._finished.pop(key, None)
+        return missing
+
+    async def _ensure_collector(self) -> _Collector:
+        async with self._setup_lock:
+            current = self._collector
+            if current is not None and current.generation == self._session.generation:
+                return current
+            refs = [w.ref for w in self._watches.values()]
+            self._to_add.clear()
+            self._to_remove.clear()
+            self._in_view.clear()
+            self._props.clear()
+            self._finished.clear()
+            generation = self._session.generation
+            content = self._session.content
+
+            def build() -> tuple[Any, Any]:
+                pc = content.propertyCollector.CreatePropertyCollector()
+                view = content.viewManager.CreateListView(obj=refs)
+                pc.CreateFilter(
+                    props.view_filter_spec(
+                        view,
+                        [(vim.Task, TASK_PATHS), (vim.VirtualMachine, (QUESTION_PATH,))],
+                    ),
+                    partialUpdates=True,
+                )
+                return pc, view
+
+            pc, view = await self._session.call(
+                build, subject="task waiter", action="set up property collector for"
+            )
+            self._in_view.update(r._moId for r in refs)
+            self._collector = _Collector(pc=pc, view=view, generation=generation)
+            self._fresh = True
+            return self._collector
+
+    # --- polling ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = self._session.options.retry_initial_seconds
+        while True:
+            await self._active.wait()
+            generation = self._session.generation
+            try:
+                if self._to_add:
+                    await self._flush()
+                collector = await self._ensure_collector()
+                options = vmodl.query.PropertyCollector.WaitOptions(
+                    maxWaitSeconds=self._session.options.wait_max_seconds
+                )
+                # After registrations, ask for the current state ("" version): it reports
+                # the new objects at once (a pending long poll may not wake for them).
+                version = "" if self._fresh else collector.version
+                self._fresh = False
+                self._polling = True
+                self.polls += 1
+                self._session.touch()
+                try:
+                    updates = await loop.run_in_executor(
+                        self._poller,
+                        functools.partial(collector.pc.WaitForUpdatesEx, version, options),
+                    )
+                finally:
+                    self._polling = False
+                backoff = self._session.options.retry_initial_seconds
+            except Exception as exc:  # noqa: BLE001 - classified below; the waiter must live on
+                if self._closed:
+                    return
+                if isinstance(exc, vmodl.fault.RequestCanceled):
+                    continue  # we cancelled it to pick up new registrations
+                err = errors.classify(exc, subject="task waiter", action="wait for tasks in")
+                if isinstance(err, errors.SessionExpired):
+                    await self._relogin(generation)
+                    continue
+                if isinstance(err, errors.NotFound):
+                    self._collector = None  # our collector vanished: rebuild it
+                    continue
+                log.warning("waiting for vCenter tasks failed, retrying: %s", err)
+                if not isinstance(err, errors.TransientError):
+                    self._collector = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._session.options.retry_max_seconds)
+                continue
+            if updates is not None:
+                collector.version = updates.version
+                self._apply(updates)
+
+    async def _relogin(self, generation: int) -> None:
+        try:
+            await self._session.relogin(seen=generation)
+        except errors.VsphereError as exc:
+            for key in list(self._watches):
+                self._fail(key, exc)
+            await asyncio.sleep(self._session.options.retry_max_seconds)
+
+    def _apply(self, updates: Any) -> None:
+        for filter_update in updates.filterSet or []:
+            for obj_update in filter_update.objectSet or []:
+                key = obj_update.obj._moId
+                if obj_update.kind == "leave":  # left the view (we removed it, or it is gone)
+                    self._props.pop(key, None)
+                    continue
+                values = self._props.setdefault(key, {})
+                for change in obj_update.changeSet or []:
+                    values[change.name] = None if change.op == "remove" else change.val
+                if _task_done(values) and isinstance(obj_update.obj, vim.Task):
+                    self._finished[key] = dict(values)
+                watch = self._watches.get(key)
+                if watch is not None and watch.done(values):
+                    for fut in watch.futures:
+                        if not fut.done():
+                            fut.set_result(dict(values))
+                    # Unregister now, not when the waiters resume: the poll loop must
+                    # see at once whether anything is still watched.
+                    watch.futures.clear()
+                    self._unwatch(key, watch)
+
+    def _fail(self, key: str, exc: BaseException) -> None:
+        watch = self._watches.get(key)
+        if watch is None:
+            return
+        for fut in watch.futures:
+            if not fut.done():
+                fut.set_exception(exc)
+
+
+async def run_task(session: Session, start: Callable[[], Any], *, subject: str, action: str) -> Any:
+    """Start a task and wait for it; transient task faults restart it (tenacity)."""
+    async for attempt in session.retrying():
+        with attempt:
+            task = await session.call(start, subject=subject, action=action)
+            return await session.waiter.wait(task, subject=subject, action=action)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _task_done(props: dict[str, Any]) -> bool:
+    return props.get("info.state") in ("success", "error")
+
+
+def _has_question(props: dict[str, Any]) -> bool:
+    return props.get(QUESTION_PATH) is not None
+
+
+def task_outcome(props: dict[str, Any], *, subject: str, action: str) -> Any:
+    """The result of a finished task, or its fault as a typed error."""
+    if props.get("info.state") == "success":
+        return props.get("info.result")
+    fault = props.get("info.error")
+    # pyVmomi deserializes LocalizedMethodFault as the fault itself (message in `msg`).
+    inner = fault if isinstance(fault, BaseException) else getattr(fault, "fault", None)
+    if isinstance(inner, BaseException):
+        err = errors.classify(inner, subject=subject, action=action)
+        return _raise(err)
+    return _raise(errors.TaskFailed(f"{action} {subject} failed without a fault", subject=subject))
+
+
+def _raise(err: errors.VsphereError) -> Any:
+    raise err

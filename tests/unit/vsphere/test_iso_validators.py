@@ -1,0 +1,30 @@
+"""Revalidation trusts only strong validators: a strong ETag, or Last-Modified + length."""
+
+from __future__ import annotations
+
+from agentforge.vsphere.iso import Validators, final_path
+
+
+def test_same_strong_etag_is_the_same_version() -> None:
+    assert Validators(etag='"a"').same_as(Validators(etag='"a"'))
+    assert not Validators(etag='"a"').same_as(Validators(etag='"b"'))
+
+
+def test_weak_etags_fall_back_to_last_modified_and_length() -> None:
+    old = Validators(etag='W/"a"', last_modified="Mon", content_length=5)
+    assert old.same_as(Validators(etag='W/"a"', last_modified="Mon", content_length=5))
+    assert not old.same_as(Validators(etag='W/"a"', last_modified="Mon", content_length=6))
+
+
+def test_no_validators_never_match() -> None:
+    assert not Validators().same_as(Validators())
+    assert not Validators().usable
+
+
+def test_header_parsing() -> None:
+    got = Validators.of({"ETag": '"x"', "Content-Length": "12", "Last-Modified": "Tue"})
+    assert got == Validators(etag='"x"', last_modified="Tue", content_length=12)
+
+
+def test_content_addressed_name() -> None:
+    assert final_path("/agent-forge/ns/p/", "ab" * 32) == f"agent-forge/ns/p/{'ab' * 32}.iso"

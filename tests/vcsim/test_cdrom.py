@@ -1,0 +1,216 @@
+"""CD-ROM ejection: only our VM, only the expected ISO, and only the lock question answered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentforge.vsphere import (
+    Credentials,
+    EjectState,
+    MediaMismatch,
+    OwnershipMarkers,
+    OwnershipMismatch,
+    Placement,
+    QuestionRefused,
+    SessionRegistry,
+    VmFacts,
+    VsphereService,
+)
+from tests.vcsim import support
+from tests.vcsim.conftest import FAST
+
+pytestmark = pytest.mark.vcsim
+
+LOCK = "msg.cdromdisconnect.locked"
+
+
+async def _vm(service: VsphereService, placement: Placement, markers: OwnershipMarkers) -> VmFacts:
+    return await service.create_vm(request=support.request(placement, markers))
+
+
+async def test_eject_disconnects_the_cdrom_and_clears_its_medium(
+    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    vm = await _vm(service, placement, markers)
+    (cd,) = vm.cdroms
+    outcome = await service.eject_cdrom(
+        datacenter="dc1",
+        vm_uuid=vm.bios_uuid or "",
+        device_key=cd.key,
+        expected_backing=support.ISO,
+        markers=markers,
+    )
+    assert outcome.state is EjectState.EJECTED
+    assert outcome.cdrom is not None
+    assert outcome.cdrom.backing_file is None
+    assert not outcome.cdrom.connected
+    assert not outcome.cdrom.start_connected
+    again = await service.eject_cdrom(
+        datacenter="dc1",
+        vm_uuid=vm.bios_uuid or "",
+        device_key=cd.key,
+        expected_backing=support.ISO,
+        markers=markers,
+    )
+    assert again.state is EjectState.EJECTED
+    assert again.already
+
+
+async def test_a_cdrom_whose_backing_changed_is_not_ejected(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    vm = await _vm(service, placement, markers)
+    (cd,) = vm.cdroms
+    before = await vcsim.control.counters()
+    with pytest.raises(MediaMismatch):
+        await service.eject_cdrom(
+            datacenter="dc1",
+            vm_uuid=vm.bios_uuid or "",
+            device_key=cd.key,
+            expected_backing="[iso-ds] agent-forge/ns1/pool1/" + "cd" * 32 + ".iso",
+            markers=markers,
+        )
+    after = await vcsim.control.counters()
+    assert support.method_delta(before, after, "ReconfigVM_Task") == 0
+    got = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
+    assert got is not None
+    assert got.cdrom(cd.key) == cd
+
+
+async def test_a_vm_without_our_markers_is_not_ejected(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    other = OwnershipMarkers(pool_namespace="x", pool_name="y", pool_uid="z", vsphere_agent="w")
+    vm = await _vm(service, placement, other)
+    (cd,) = vm.cdroms
+    before = await vcsim.control.counters()
+    with pytest.raises(OwnershipMismatch):
+        await service.eject_cdrom(
+            datacenter="dc1",
+            vm_uuid=vm.bios_uuid or "",
+            device_key=cd.key,
+            expected_backing=support.ISO,
+            markers=markers,
+        )
+    after = await vcsim.control.counters()
+    assert support.method_delta(before, after, "ReconfigVM_Task") == 0
+
+
+async def test_the_locked_door_question_is_returned_then_answered_by_id(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    vm = await _vm(service, placement, markers)
+    (cd,) = vm.cdroms
+    await vcsim.control.lock_cdrom(vm.moid)
+    outcome = await service.eject_cdrom(
+        datacenter="dc1",
+        vm_uuid=vm.bios_uuid or "",
+        device_key=cd.key,
+        expected_backing=support.ISO,
+        markers=markers,
+    )
+    assert outcome.state is EjectState.QUESTION_PENDING
+    assert outcome.question is not None
+    assert outcome.question.message_ids == (LOCK,)
+    assert outcome.task_id
+    assert await vcsim.control.request_log("AnswerVM") == []  # returned, not answered
+
+    await service.answer_cdrom_lock_question(
+        datacenter="dc1",
+        vm_uuid=vm.bios_uuid or "",
+        question_id=outcome.question.id,
+        markers=markers,
+    )
+    done = await service.resume_eject(
+        datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
+    )
+    assert done.state is EjectState.EJECTED
+    answers = await vcsim.control.request_log("AnswerVM")
+    assert len(answers) == 1
+
+
+async def test_a_restarted_caller_resumes_the_recorded_disconnect(
+    vcsim: Any,
+    service: VsphereService,
+    credentials: Credentials,
+    placement: Placement,
+    markers: OwnershipMarkers,
+) -> None:
+    vm = await _vm(service, placement, markers)
+    (cd,) = vm.cdroms
+    await vcsim.control.lock_cdrom(vm.moid)
+    first = await service.eject_cdrom(
+        datacenter="dc1",
+        vm_uuid=vm.bios_uuid or "",
+        device_key=cd.key,
+        expected_backing=support.ISO,
+        markers=markers,
+    )
+    assert first.question is not None
+    # A new process: new registry, new session, nothing remembered but the record.
+    registry = SessionRegistry(options=FAST)
+    try:
+        restarted = VsphereService(registry=registry, credentials=credentials)
+        seen = await restarted.resume_eject(
+            datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
+        )
+        assert seen.state is EjectState.QUESTION_PENDING
+        assert seen.question == first.question
+        assert seen.task_id == first.task_id
+        await restarted.answer_cdrom_lock_question(
+            datacenter="dc1",
+            vm_uuid=vm.bios_uuid or "",
+            question_id=first.question.id,
+            markers=markers,
+        )
+        done = await restarted.resume_eject(
+            datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
+        )
+    finally:
+        await registry.close()
+    assert done.state is EjectState.EJECTED
+
+
+async def test_an_unrelated_question_is_left_alone(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    vm = await _vm(service, placement, markers)
+    raised = await vcsim.control.raise_question(vm.moid, "msg.uuid.altered", "Did you move it?")
+    got = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
+    assert got is not None
+    assert got.question is not None
+    with pytest.raises(QuestionRefused, match="not the CD-ROM lock question"):
+        await service.answer_cdrom_lock_question(
+            datacenter="dc1",
+            vm_uuid=vm.bios_uuid or "",
+            question_id=got.question.id,
+            markers=markers,
+        )
+    assert await vcsim.control.request_log("AnswerVM") == []
+    still = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
+    assert still is not None
+    assert still.question == got.question
+    assert raised
+
+
+async def test_a_question_id_other_than_the_recorded_one_is_refused(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    vm = await _vm(service, placement, markers)
+    (cd,) = vm.cdroms
+    await vcsim.control.lock_cdrom(vm.moid)
+    outcome = await service.eject_cdrom(
+        datacenter="dc1",
+        vm_uuid=vm.bios_uuid or "",
+        device_key=cd.key,
+        expected_backing=support.ISO,
+        markers=markers,
+    )
+    assert outcome.question is not None
+    with pytest.raises(QuestionRefused, match="not the recorded question"):
+        await service.answer_cdrom_lock_question(
+            datacenter="dc1", vm_uuid=vm.bios_uuid or "", question_id="_vmx999", markers=markers
+        )
+    assert await vcsim.control.request_log("AnswerVM") == []
