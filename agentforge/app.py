@@ -1,0 +1,383 @@
+"""The composition root: settings -> clients -> informers -> leader election -> controllers.
+
+What one operator process promises:
+
+* Informers for every kind the reconcilers read start at once, leader or not, each
+  object trimmed by `agentforge.api.trim` before it is cached, so a standby is warm
+  and takes over without a cold LIST. `/readyz` turns 200 when all have synced
+  ("caches synced" is logged once).
+* Controllers (`CONTROLLERS`: the reconcilers of `agentforge.reconcilers.registry`) are
+  built and run only while this process leads. Building them after the Lease is
+  won replays every cached object to them, so each is reconciled once by the new
+  leader. With `--leader-elect=false` they run at once.
+* SIGTERM / SIGINT: stop handing out work, let reconciles in flight finish (at most
+  `DRAIN_TIMEOUT`), release the Lease so a standby takes over at its next retry,
+  stop informers and servers, close the clients, exit 0.
+* Losing the Lease (renewal failed for the renew deadline) cancels reconciles at
+  once, does not touch the Lease, and exits 1 so the pod restarts as a standby; a
+  crashed informer or controller also exits 1. A configuration that cannot be
+  loaded (no kubeconfig, unusable credentials) exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import Info
+
+from agentforge import __version__, observability, vsphere
+from agentforge.api import kinds, rbac
+from agentforge.api import trim as api_trim
+from agentforge.kube import config as kube_config
+from agentforge.kube import leader
+from agentforge.kube import trim as kube_trim
+from agentforge.kube.client import KubeClient, RetryPolicy
+from agentforge.kube.controller import Controller
+from agentforge.kube.events import EventRecorder
+from agentforge.kube.informer import Informer
+from agentforge.reconcilers import registry
+from agentforge.reconcilers.credentials import SecretCredentials
+from agentforge.reconcilers.deps import Deps
+from agentforge.settings import Settings
+
+__all__ = [
+    "CACHED_KINDS",
+    "CONTROLLERS",
+    "DRAIN_TIMEOUT",
+    "ControllerFactory",
+    "Runtime",
+    "main",
+    "run",
+]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FATAL, EXIT_CONFIG = 0, 1, 2
+DRAIN_TIMEOUT = 5.0  # seconds reconciles in flight get to finish at shutdown
+# Objects per LIST page. client-go's 500 costs ~25 MB of RSS for good: a page of 500
+# full Agents (~5 KB of JSON each) is parsed at once, and the freed memory stays
+# fragmented around the trimmed objects kept from it (bench/bench_memory.py).
+LIST_PAGE_SIZE = 100
+COMPONENT = "agent-forge"
+
+CACHED_KINDS: tuple[kinds.Kind, ...] = (
+    kinds.VSPHERE_AGENT_POOL,
+    kinds.VSPHERE_AGENT,
+    kinds.AGENT,
+    kinds.AGENT_MACHINE,
+    kinds.MACHINE,
+    kinds.INFRA_ENV,
+)
+
+for _kind in CACHED_KINDS:
+    rbac.needs(_kind, "list", "watch", why="informer cache the reconcilers read")
+
+BUILD_INFO = Info("agent_forge_build", "Version of the running operator.")
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What a controller factory may use to build its controllers."""
+
+    settings: Settings
+    client: KubeClient
+    informers: Mapping[kinds.Kind, Informer]
+    events: EventRecorder
+    vsphere: vsphere.SessionRegistry
+    credentials: SecretCredentials
+
+
+ControllerFactory = Callable[[Runtime], Controller | Sequence[Controller]]
+
+
+def reconcilers(runtime: Runtime) -> list[Controller]:
+    """The operator's controllers (`agentforge.reconcilers.registry`) over one shared `Deps`."""
+    deps = Deps(
+        client=runtime.client,
+        informers=runtime.informers,
+        events=runtime.events,
+        vsphere=runtime.vsphere,
+        credentials=runtime.credentials,
+        workers=runtime.settings.max_concurrent_reconciles,
+    )
+    return registry.controllers(deps)
+
+
+# What a leader runs, in start order. Each factory builds controllers from the
+# runtime; the process also runs (caches, probes, leader election) with none.
+CONTROLLERS: tuple[ControllerFactory, ...] = (reconcilers,)
+
+
+def main(settings: Settings, *, controllers: Sequence[ControllerFactory] = CONTROLLERS) -> int:
+    """Configure logging and run the operator until it stops; return the exit code."""
+    observability.configure_logging(level=settings.log_level, fmt=settings.log_format)
+    return asyncio.run(run(settings, controllers=controllers))
+
+
+def _transform(kind: kinds.Kind) -> kube_trim.Transform:
+    trim = api_trim.BY_KIND.get(kind)
+    if trim is None:
+        return kube_trim.default_transform
+    return kube_trim.chain(trim, kube_trim.compact)
+
+
+def _informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Informer]:
+    namespaces = settings.namespaces or None
+    return {
+        kind: Informer(
+            client=client,
+            kind=kind,
+            namespaces=namespaces,
+            transform=_transform(kind),
+            page_size=LIST_PAGE_SIZE,
+        )
+        for kind in CACHED_KINDS
+    }
+
+
+async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = CONTROLLERS) -> int:
+    """The whole life of the process; returns the exit code (see module doc)."""
+    BUILD_INFO.info({"version": __version__})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, _on_signal, signum, stop)
+    try:
+        cluster = await kube_config.load_config(kubeconfig=settings.kubeconfig)
+    except kube_config.ConfigError as exc:
+        log.error("cannot load the cluster configuration: %s", exc)  # noqa: TRY400
+        return EXIT_CONFIG
+    log.info(
+        "starting",
+        extra={
+            "version": __version__,
+            "cluster": cluster.server,
+            "source": cluster.source,
+            "namespaces": list(settings.namespaces) or "all",
+            "leader_elect": settings.leader_elect,
+        },
+    )
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            code = await _start(
+                settings=settings,
+                cluster=cluster,
+                factories=controllers,
+                stop=stop,
+                stack=stack,
+            )
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("shut down", extra={"exit_code": code})
+    return code
+
+
+async def _start(
+    *,
+    settings: Settings,
+    cluster: kube_config.ClusterConfig,
+    factories: Sequence[ControllerFactory],
+    stop: asyncio.Event,
+    stack: contextlib.AsyncExitStack,
+) -> int:
+    """Open clients, servers and informers (closed by `stack` in reverse), then lead."""
+    user_agent = f"{COMPONENT}/{__version__}"
+    client = await stack.enter_async_context(KubeClient(config=cluster, user_agent=user_agent))
+    informers = _informers(settings, client)
+    probes = observability.Probes()
+    probes.add_readiness_check(
+        "informers-synced", lambda: all(i.has_synced for i in informers.values())
+    )
+    server = observability.ObservabilityServer(
+        probes=probes,
+        metrics_address=settings.metrics_bind_address,
+        health_address=settings.health_probe_bind_address,
+    )
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot bind the metrics or probe server: %s", exc)  # noqa: TRY400
+        return EXIT_FATAL
+    stack.push_async_callback(server.stop)
+
+    background: dict[asyncio.Future[None], str] = {}
+    stack.push_async_callback(_cancel_all, background)
+    for kind, informer in informers.items():
+        task = asyncio.create_task(informer.run(), name=f"informer:{kind.plural}")
+        background[task] = f"informer {kind.plural}"
+    background[asyncio.create_task(_log_when_synced(informers))] = "sync logger"
+
+    elector: leader.LeaderElector | None = None
+    if settings.leader_elect:
+        lease_client = await stack.enter_async_context(
+            KubeClient(
+                config=cluster,
+                user_agent=user_agent,
+                retry=RetryPolicy(attempts=1),  # the elector retries on its own clock
+                request_timeout=max(1.0, settings.retry_period.total_seconds()),
+            )
+        )
+        elector = _elector(settings, lease_client)
+    sessions = vsphere.SessionRegistry(
+        options=vsphere.SessionOptions(
+            max_workers=settings.vsphere_max_workers,
+            calls_per_second=settings.vsphere_qps,
+            burst=settings.vsphere_burst,
+        )
+    )
+    stack.push_async_callback(sessions.close)
+    credentials = SecretCredentials(client=client)
+    stack.push_async_callback(credentials.close)
+    runtime = Runtime(
+        settings=settings,
+        client=client,
+        informers=informers,
+        events=EventRecorder(client=client, component=COMPONENT, host=socket.gethostname()),
+        vsphere=sessions,
+        credentials=credentials,
+    )
+    return await _lead_and_work(
+        runtime=runtime, factories=factories, elector=elector, background=background, stop=stop
+    )
+
+
+def _on_signal(signum: int, stop: asyncio.Event) -> None:
+    name = signal.Signals(signum).name
+    if stop.is_set():
+        log.warning("received %s while shutting down; still draining", name)
+        return
+    log.info("received %s, shutting down", name)
+    stop.set()
+
+
+def _elector(settings: Settings, lease_client: KubeClient) -> leader.LeaderElector:
+    namespace = settings.leader_election_namespace
+    assert namespace is not None  # settings.load resolves it when leader_elect is set
+    return leader.LeaderElector(
+        store=leader.KubeLeaseStore(
+            client=lease_client, namespace=namespace, name=settings.leader_election_id
+        ),
+        name=settings.leader_election_id,
+        identity=leader.default_identity(),
+        lease_duration=settings.lease_duration.total_seconds(),
+        renew_deadline=settings.renew_deadline.total_seconds(),
+        retry_period=settings.retry_period.total_seconds(),
+    )
+
+
+async def _log_when_synced(informers: Mapping[kinds.Kind, Informer]) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.gather(*(i.synced() for i in informers.values()))
+    log.info(
+        "caches synced",
+        extra={
+            "seconds": round(loop.time() - started, 3),
+            "objects": {kind.plural: len(i.list()) for kind, i in informers.items()},
+        },
+    )
+    await asyncio.Event().wait()  # background tasks end only when cancelled
+
+
+async def _cancel_all(tasks: Mapping[asyncio.Future[None], str]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _wait(event: asyncio.Event) -> None:
+    await event.wait()
+
+
+async def _renew(elector: leader.LeaderElector) -> None:
+    await elector.renew_until_lost()
+
+
+async def _first(
+    *, stop: asyncio.Event, watched: Mapping[asyncio.Future[None], str]
+) -> set[asyncio.Future[None]]:
+    """Wait until `stop` is set or a watched task ends; return the ended tasks."""
+    stopping = asyncio.ensure_future(_wait(stop))
+    try:
+        done, _ = await asyncio.wait({*watched, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping
+    return {task for task in done if task is not stopping}
+
+
+def _report_failures(
+    ended: set[asyncio.Future[None]], names: Mapping[asyncio.Future[None], str]
+) -> None:
+    for task in ended:
+        exc = None if task.cancelled() else task.exception()
+        log.error("%s stopped unexpectedly", names[task], exc_info=exc)
+
+
+async def _lead_and_work(
+    *,
+    runtime: Runtime,
+    factories: Sequence[ControllerFactory],
+    elector: leader.LeaderElector | None,
+    background: dict[asyncio.Future[None], str],
+    stop: asyncio.Event,
+) -> int:
+    renewing: asyncio.Future[None] | None = None
+    if elector is None:
+        log.info("leader election disabled: running controllers")
+    else:
+        acquiring = asyncio.ensure_future(elector.acquire())
+        ended = await _first(stop=stop, watched={**background, acquiring: "leader election"})
+        if acquiring not in ended:
+            acquiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquiring
+            if ended:
+                _report_failures(ended, background)
+                return EXIT_FATAL
+            log.info("stopped before becoming leader")
+            return EXIT_OK
+        acquiring.result()
+        renewing = asyncio.ensure_future(_renew(elector))
+        background[renewing] = "leader election"
+
+    controllers: list[Controller] = []
+    for factory in factories:
+        built = factory(runtime)
+        controllers.extend([built] if isinstance(built, Controller) else built)
+    work: dict[asyncio.Future[None], str] = {
+        asyncio.ensure_future(c.run()): f"controller {c.name}" for c in controllers
+    }
+    log.info("controllers started", extra={"controllers": [c.name for c in controllers]})
+    ended = await _first(stop=stop, watched={**background, **work})
+    if not ended:
+        await _drain(controllers)  # SIGTERM: finish what is in flight first
+    await _cancel_all(work)
+    if ended:
+        if elector is not None and not elector.is_leader:
+            log.error("lost the leader lease: stopped all work, exiting")
+        else:
+            _report_failures(ended, {**background, **work})
+        return EXIT_FATAL
+    if elector is not None and renewing is not None:
+        await _cancel_all({renewing: "leader election"})
+        await elector.release()
+    return EXIT_OK
+
+
+async def _drain(controllers: Sequence[Controller]) -> None:
+    if not controllers:
+        return
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT):
+            await asyncio.gather(*(c.stop() for c in controllers))
+    except TimeoutError:
+        log.warning("reconciles still running after %ss; cancelling them", DRAIN_TIMEOUT)

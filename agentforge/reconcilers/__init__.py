@@ -1,0 +1,1 @@
+"""Reconcilers: turn observed state into actions (filled in by the capacity-bridge issue)."""

@@ -1,0 +1,54 @@
+"""What every reconciler gets from the composition root, in one frozen value.
+
+The app builds one `Deps` after it wins the Lease and hands it to each controller
+factory. Reconcilers read Kubernetes state only through `informers` (the cache) and
+write through `client`; they reach vCenter only through `vsphere`, with credentials
+from `credentials`. `now` is the injected clock, so planners and tests never read the
+wall clock themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from agentforge import vsphere
+from agentforge.api import kinds
+from agentforge.kube.client import KubeClient
+from agentforge.kube.events import EventRecorder
+from agentforge.kube.informer import Informer
+
+
+class CredentialsError(Exception):
+    """The credentials Secret is missing, unreadable or lacks a key.
+
+    The message names the Secret and the fix; it never carries a secret value.
+    """
+
+
+class CredentialsSource(Protocol):
+    """Turns a Secret reference into vSphere credentials (cached; no API call when warm)."""
+
+    async def get(self, *, namespace: str, name: str) -> vsphere.Credentials:
+        """Raise `CredentialsError` when the Secret is missing or incomplete."""
+        ...
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    client: KubeClient
+    informers: Mapping[kinds.Kind, Informer]
+    events: EventRecorder
+    vsphere: vsphere.SessionRegistry
+    credentials: CredentialsSource
+    now: Callable[[], datetime] = utcnow
+    workers: int = 1
+
+    def informer(self, kind: kinds.Kind) -> Informer:
+        return self.informers[kind]

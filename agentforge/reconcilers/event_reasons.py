@@ -1,0 +1,43 @@
+"""The reasons of the Events the `vm` and `infra` controllers record.
+
+Users and alerts filter events by reason (`kubectl get events --field-selector
+reason=VMNameConflict`), so the strings are enums, spelled once. Where an event
+explains a condition it carries the condition's reason.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["InfraEvent", "VmEvent"]
+
+
+class VmEvent(StrEnum):
+    """Events about a VsphereAgent and its VM."""
+
+    VM_CREATING = "VMCreating"
+    VM_CREATED = "VMCreated"
+    VM_CREATE_FAILED = "VMCreateFailed"
+    VM_NAME_CONFLICT = "VMNameConflict"
+    VM_ADOPTED = "VMAdopted"
+    ADOPTED_VM_UNAVAILABLE = "AdoptedVMUnavailable"
+    VM_OWNERSHIP_MISMATCH = "VMOwnershipMismatch"
+    VM_DELETING = "VMDeleting"
+    VM_DELETE_FAILED = "VMDeleteFailed"
+    VM_DELETED = "VMDeleted"
+    VM_RETAINED = "VMRetained"
+    POOL_NOT_FOUND = "PoolNotFound"
+    AGENT_DELETED = "AgentDeleted"
+
+
+class InfraEvent(StrEnum):
+    """Events about a pool's vSphere access and ISO cache."""
+
+    CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
+    VSPHERE_UNAVAILABLE = "VsphereUnavailable"
+    INFRA_ENV_NOT_FOUND = "InfraEnvNotFound"
+    ISO_URL_MISSING = "ISOURLMissing"
+    ISO_CACHE_FAILED = "ISOCacheFailed"
+    ISO_UPLOADED = "ISOUploaded"
+    ISO_PRUNED = "ISOPruned"
+    ISO_PRUNE_FAILED = "ISOPruneFailed"

@@ -1,0 +1,196 @@
+"""Informer indexes the controllers share, so every "which X belong to Y" is a dict lookup.
+
+Each index files a cached object under string keys built by the `*_key` functions
+below; a reconciler (or a watch mapper) asks `informer.by_index(NAME, key)`. The
+functions read raw (trimmed) dicts, never raise, and file nothing for an object they
+cannot place: an index function that raised would stop the informer.
+
+| index | on | key |
+|---|---|---|
+| `POOLS_BY_NODE_POOL` | pools | `<controlPlaneNamespace>/<pool ns>/<nodePoolRef>` |
+| `POOLS_BY_INFRA_ENV` | pools | `<pool ns>/<infraEnvRef>` |
+| `BY_NODE_POOL` | AgentMachines, Machines | `<own ns>/<nodePool annotation ns>/<name>` |
+| `AGENTS_BY_INFRA_ENV` | Agents | `<ns>/<InfraEnv label or owner>` |
+| `VSPHERE_AGENTS_BY_POOL` | VsphereAgents | `<ns>/<pool label>` and `<ns>/<poolRef>` |
+| `VSPHERE_AGENTS_BY_AGENT_MACHINE` | VsphereAgents | `<ns>/<pool>/<selection label>` |
+| `VSPHERE_AGENTS_BY_AGENT` | VsphereAgents | `<ns>/<status.vm.agentRef.name>` |
+
+An AgentMachine belongs to a pool exactly when their keys are equal, so "the pools
+of this AgentMachine" (two means an ambiguous configuration) is one lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from agentforge.api import kinds, names
+from agentforge.api.views import parse_node_pool_annotation
+from agentforge.kube.informer import Informer
+from agentforge.kube.store import IndexFunc
+
+POOLS_BY_NODE_POOL: Final = "agent-forge/pools-by-node-pool"
+POOLS_BY_INFRA_ENV: Final = "agent-forge/pools-by-infra-env"
+BY_NODE_POOL: Final = "agent-forge/by-node-pool"
+AGENTS_BY_INFRA_ENV: Final = "agent-forge/agents-by-infra-env"
+VSPHERE_AGENTS_BY_POOL: Final = "agent-forge/vsphere-agents-by-pool"
+VSPHERE_AGENTS_BY_AGENT_MACHINE: Final = "agent-forge/vsphere-agents-by-agent-machine"
+VSPHERE_AGENTS_BY_AGENT: Final = "agent-forge/vsphere-agents-by-agent"
+
+JsonObj = dict[str, Any]
+
+
+def _get(obj: Mapping[str, Any], *path: str) -> Any:
+    value: Any = obj
+    for part in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+# --- keys --------------------------------------------------------------------------------
+
+
+def node_pool_key(*, control_plane_namespace: str, node_pool_namespace: str, node_pool: str) -> str:
+    return f"{control_plane_namespace}/{node_pool_namespace}/{node_pool}"
+
+
+def pool_node_pool_key(pool: Mapping[str, Any]) -> str | None:
+    """The `BY_NODE_POOL` key of the AgentMachines and Machines `pool` serves."""
+    cpns = _str(_get(pool, "spec", "controlPlaneNamespace"))
+    namespace = _str(_get(pool, "metadata", "namespace"))
+    node_pool = _str(_get(pool, "spec", "nodePoolRef", "name"))
+    if not (cpns and namespace and node_pool):
+        return None
+    return node_pool_key(
+        control_plane_namespace=cpns, node_pool_namespace=namespace, node_pool=node_pool
+    )
+
+
+def control_plane_object_key(obj: Mapping[str, Any]) -> str | None:
+    """The `BY_NODE_POOL` key of an AgentMachine or Machine (None without annotation)."""
+    namespace = _str(_get(obj, "metadata", "namespace"))
+    annotation = _get(obj, "metadata", "annotations", names.ANNOTATION_NODEPOOL)
+    parsed = parse_node_pool_annotation(annotation if isinstance(annotation, str) else None)
+    if not namespace or parsed is None:
+        return None
+    return node_pool_key(
+        control_plane_namespace=namespace,
+        node_pool_namespace=parsed.namespace,
+        node_pool=parsed.name,
+    )
+
+
+def namespaced_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def infra_env_of_agent(agent: Mapping[str, Any]) -> str | None:
+    """The InfraEnv that registered an Agent: its label, else an InfraEnv ownerReference."""
+    label = _str(_get(agent, "metadata", "labels", names.LABEL_INFRAENV))
+    if label:
+        return label
+    owners = _get(agent, "metadata", "ownerReferences")
+    if isinstance(owners, list):
+        for owner in owners:
+            if isinstance(owner, Mapping) and owner.get("kind") == kinds.INFRA_ENV.kind:
+                name = _str(owner.get("name"))
+                if name:
+                    return name
+    return None
+
+
+def pools_of_vsphere_agent(va: Mapping[str, Any]) -> tuple[str, ...]:
+    """The pool names a VsphereAgent names (label and spec.poolRef; usually one)."""
+    found = (
+        _str(_get(va, "metadata", "labels", names.LABEL_POOL)),
+        _str(_get(va, "spec", "poolRef", "name")),
+    )
+    return tuple(dict.fromkeys(p for p in found if p))
+
+
+# --- index functions -----------------------------------------------------------------------
+
+
+def _one(value: str | None) -> Iterable[str]:
+    return (value,) if value else ()
+
+
+def _pools_by_node_pool(pool: JsonObj) -> Iterable[str]:
+    return _one(pool_node_pool_key(pool))
+
+
+def _pools_by_infra_env(pool: JsonObj) -> Iterable[str]:
+    namespace = _str(_get(pool, "metadata", "namespace"))
+    infra_env = _str(_get(pool, "spec", "infraEnvRef", "name"))
+    return _one(namespaced_key(namespace, infra_env) if namespace and infra_env else None)
+
+
+def _by_node_pool(obj: JsonObj) -> Iterable[str]:
+    return _one(control_plane_object_key(obj))
+
+
+def _agents_by_infra_env(agent: JsonObj) -> Iterable[str]:
+    namespace = _str(_get(agent, "metadata", "namespace"))
+    infra_env = infra_env_of_agent(agent)
+    return _one(namespaced_key(namespace, infra_env) if namespace and infra_env else None)
+
+
+def _vsphere_agents_by_pool(va: JsonObj) -> Iterable[str]:
+    namespace = _str(_get(va, "metadata", "namespace"))
+    if not namespace:
+        return ()
+    return tuple(namespaced_key(namespace, pool) for pool in pools_of_vsphere_agent(va))
+
+
+def _vsphere_agents_by_agent_machine(va: JsonObj) -> Iterable[str]:
+    namespace = _str(_get(va, "metadata", "namespace"))
+    selection = _str(_get(va, "metadata", "labels", names.LABEL_AGENT_MACHINE))
+    if not namespace or not selection:
+        return ()
+    return tuple(f"{namespace}/{pool}/{selection}" for pool in pools_of_vsphere_agent(va))
+
+
+def _vsphere_agents_by_agent(va: JsonObj) -> Iterable[str]:
+    namespace = _str(_get(va, "metadata", "namespace"))
+    agent = _str(_get(va, "status", "vm", "agentRef", "name"))
+    return _one(namespaced_key(namespace, agent) if namespace and agent else None)
+
+
+def vsphere_agent_machine_key(*, namespace: str, pool: str, selection: str) -> str:
+    return f"{namespace}/{pool}/{selection}"
+
+
+INDEXES: Final[Mapping[kinds.Kind, Mapping[str, IndexFunc]]] = {
+    kinds.VSPHERE_AGENT_POOL: {
+        POOLS_BY_NODE_POOL: _pools_by_node_pool,
+        POOLS_BY_INFRA_ENV: _pools_by_infra_env,
+    },
+    kinds.AGENT_MACHINE: {BY_NODE_POOL: _by_node_pool},
+    kinds.MACHINE: {BY_NODE_POOL: _by_node_pool},
+    kinds.AGENT: {AGENTS_BY_INFRA_ENV: _agents_by_infra_env},
+    kinds.VSPHERE_AGENT: {
+        VSPHERE_AGENTS_BY_POOL: _vsphere_agents_by_pool,
+        VSPHERE_AGENTS_BY_AGENT_MACHINE: _vsphere_agents_by_agent_machine,
+        VSPHERE_AGENTS_BY_AGENT: _vsphere_agents_by_agent,
+    },
+}
+"""Every index, by the kind whose informer holds it."""
+
+
+def install(informers: Mapping[kinds.Kind, Informer]) -> None:
+    """Add every index to the informers (idempotent: indexes already there are kept)."""
+    for kind, indexes in INDEXES.items():
+        informer = informers.get(kind)
+        if informer is None:
+            continue
+        for name, fn in indexes.items():
+            try:
+                informer.add_index(name, fn)
+            except ValueError:
+                continue  # installed by an earlier call

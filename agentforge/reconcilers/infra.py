@@ -1,0 +1,279 @@
+"""The `infra` controller (key: pool): is vSphere usable for the pool, and is its ISO cached.
+
+It owns the pool's `status.iso` and the conditions `VsphereReady` and `ISOReady`;
+nothing else of the pool is written here (the `pool` controller owns the rest).
+
+* **VsphereReady** comes from `VsphereService.preflight` (credentials, connection,
+  every placement object, all problems at once) plus credential problems. It runs
+  only when the pool's generation or the credentials changed, or after a failure
+  once its backoff has passed (`preflight.PreflightGate`): a healthy pool costs no
+  vSphere call.
+* **ISO cache**: re-checked when `iso_cache.check_due` says so; otherwise the key is
+  requeued for exactly the moment `checkInterval` ends. A check streams the
+  InfraEnv's image into `<isoDatastore>/<prefix>/<sha256>.iso` (conditional GET with
+  the validators stored in `status.iso`: an unchanged image downloads 0 bytes), then
+  prunes beyond `retainVersions` what no VM holds (`iso_prune`). While the last
+  preflight failed the ISO step waits (VsphereReady names what to fix; retrying an
+  upload against a vCenter that refuses the login only adds load).
+* **Bad input** (InfraEnv missing, no ISO URL yet, the URL answering 4xx, a Secret
+  without a key) sets the condition, records a Warning event naming the object and
+  the fix, and changes nothing in vSphere.
+
+Status is written once per reconcile, only when it changed. Watches: pools (spec,
+force-refresh annotation, deletion), InfraEnvs (-> pools naming them), and changes
+of credentials Secrets (-> pools naming them) when the credentials source reports
+them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from agentforge import vsphere
+from agentforge.api import kinds, names, rbac, wire
+from agentforge.api.conditions import PoolConditionType, PoolReason
+from agentforge.api.pool import VsphereAgentPool
+from agentforge.kube import conditions as kconditions
+from agentforge.kube.controller import Controller, Result, Watch
+from agentforge.kube.events import EventType
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers import indexes, infra_iso, pool_specs
+from agentforge.reconcilers import preflight as gate
+from agentforge.reconcilers.deps import CredentialsError, Deps
+from agentforge.reconcilers.event_reasons import InfraEvent
+
+__all__ = ["CONTROLLER_NAME", "InfraReconciler", "controller"]
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME = "infra"
+JsonObj = dict[str, Any]
+
+rbac.needs(kinds.VSPHERE_AGENT_POOL, "get", why="fresh read before a status write")
+rbac.needs(
+    kinds.VSPHERE_AGENT_POOL,
+    "update",
+    subresource="status",
+    why="write status.iso, VsphereReady and ISOReady (PUT with resourceVersion)",
+)
+rbac.needs(kinds.EVENT, "create", "patch", why="events about ISO caching and vSphere access")
+
+
+@runtime_checkable
+class Notifying(Protocol):
+    """A credentials source that reports changed Secrets (`credentials.SecretCredentials`)."""
+
+    def subscribe(self, listener: Callable[[str, str], None]) -> None: ...
+
+
+class InfraReconciler:
+    def __init__(self, *, deps: Deps, iso_limits: vsphere.IsoLimits | None = None) -> None:
+        self._deps = deps
+        self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
+        self._iso = infra_iso.IsoInputs(
+            pools=self._pools,
+            infra_envs=deps.informer(kinds.INFRA_ENV),
+            agents=deps.informer(kinds.VSPHERE_AGENT),
+            limits=iso_limits,
+        )
+        self.gate = gate.PreflightGate()
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        obj = self._pools.get_by_key(key)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.gate.forget(key)
+            return None
+        pool = VsphereAgentPool.model_validate(obj)
+        now = self._deps.now()
+        outcome = infra_iso.Outcome()
+        service = await self._service(pool, key=key, outcome=outcome)
+        if service is not None:
+            await self._preflight(pool, key=key, service=service, outcome=outcome, now=now)
+            if self.gate.healthy(key):  # else VsphereReady says what to fix; no futile tries
+                await infra_iso.check_iso(
+                    pool, inputs=self._iso, service=service, outcome=outcome, now=now
+                )
+        await self._write(pool, outcome, now=now)
+        for type_, reason, message in outcome.events:
+            await self._deps.events.record(obj, type=type_, reason=reason, message=message)
+        if outcome.retry:
+            return Result(requeue=True)
+        if outcome.wake_at:
+            delay = (min(outcome.wake_at) - self._deps.now()).total_seconds()
+            return Result(requeue_after=max(delay, 0.0))
+        return None
+
+    # --- credentials and preflight ---------------------------------------------------
+
+    async def _service(
+        self, pool: VsphereAgentPool, *, key: str, outcome: infra_iso.Outcome
+    ) -> vsphere.VsphereService | None:
+        ref = pool.spec.vsphere.credentials_secret_ref
+        try:
+            credentials = await self._deps.credentials.get(
+                namespace=pool.credentials_secret_namespace(), name=ref.name
+            )
+        except CredentialsError as exc:
+            self.gate.forget(key)
+            message = str(exc)
+            outcome.condition(
+                PoolConditionType.VSPHERE_READY,
+                ok=False,
+                reason=PoolReason.CREDENTIALS_UNAVAILABLE,
+                message=message,
+            )
+            outcome.event(EventType.WARNING, InfraEvent.CREDENTIALS_UNAVAILABLE, message)
+            # A changed Secret is reported by watch; only an unreadable one is retried.
+            outcome.retry = type(exc) is not CredentialsError
+            return None
+        return vsphere.VsphereService(registry=self._deps.vsphere, credentials=credentials)
+
+    async def _preflight(
+        self,
+        pool: VsphereAgentPool,
+        *,
+        key: str,
+        service: vsphere.VsphereService,
+        outcome: infra_iso.Outcome,
+        now: datetime,
+    ) -> None:
+        inputs = gate.Inputs(
+            generation=pool.metadata.generation, credentials=gate.fingerprint(service.credentials)
+        )
+        decision = self.gate.decide(key, inputs, now=now)
+        if not decision.run:
+            if decision.wake_at is not None:
+                outcome.wake_at.append(decision.wake_at)
+            return
+        where = pool_specs.placement(pool)
+        try:
+            problems = await service.preflight(placement=where)
+        except vsphere.VsphereError as exc:
+            problems = [vsphere.Problem(subject="vCenter", message=str(exc), fix="retried")]
+        retry_at = self.gate.record(key, inputs, ok=not problems, now=now)
+        if not problems:
+            outcome.condition(
+                PoolConditionType.VSPHERE_READY,
+                ok=True,
+                reason=PoolReason.VSPHERE_CONNECTED,
+                message=(
+                    f"vCenter {service.credentials.netloc} reachable as "
+                    f"{service.credentials.username}; datacenter {where.datacenter}, resource "
+                    f"pool {where.resource_pool}, datastore cluster {where.datastore_cluster}, "
+                    f"ISO datastore {where.iso_datastore} and network {where.network} found"
+                ),
+            )
+            return
+        message = "; ".join(str(p) for p in problems)
+        outcome.condition(
+            PoolConditionType.VSPHERE_READY,
+            ok=False,
+            reason=PoolReason.VSPHERE_UNAVAILABLE,
+            message=message,
+        )
+        outcome.event(EventType.WARNING, InfraEvent.VSPHERE_UNAVAILABLE, message)
+        if retry_at is not None:
+            outcome.wake_at.append(retry_at)
+
+    # --- the ISO cache ---------------------------------------------------------------
+
+    async def _write(
+        self, pool: VsphereAgentPool, outcome: infra_iso.Outcome, *, now: datetime
+    ) -> None:
+        iso = wire.to_wire(outcome.iso) if outcome.iso is not None else None
+        cached = {c.type: c for c in pool.status.conditions}
+        unchanged = all(
+            (found := cached.get(c.type)) is not None
+            and found.is_true == c.ok
+            and found.reason == c.reason
+            and found.message == c.message
+            for c in outcome.conditions
+        )
+        if unchanged and (iso is None or iso == wire.to_wire(pool.status.iso)):
+            return  # the cache already shows it: not even the fresh GET
+
+        def mutate(obj: JsonObj) -> JsonObj | None:
+            if (obj.get("metadata") or {}).get("uid") != pool.metadata.uid:
+                return None
+            status = obj.setdefault("status", {})
+            before = copy.deepcopy(status)
+            for cond in outcome.conditions:
+                kconditions.set_condition(
+                    status,
+                    type=cond.type,
+                    value=kconditions.ConditionStatus.TRUE
+                    if cond.ok
+                    else kconditions.ConditionStatus.FALSE,
+                    reason=cond.reason,
+                    message=cond.message,
+                    now=now,
+                    observed_generation=pool.metadata.generation,
+                )
+            if iso is not None:
+                status["iso"] = iso
+            return obj if status != before else None
+
+        await self._deps.client.update_status(
+            kinds.VSPHERE_AGENT_POOL,
+            namespace=pool.metadata.namespace,
+            name=pool.metadata.name,
+            mutate=mutate,
+        )
+
+
+def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
+    """Only what the infra controller reads from a pool's own object triggers it."""
+
+    def watched(obj: JsonObj) -> tuple[Any, ...]:
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        return (
+            meta.get("uid"),
+            meta.get("generation"),
+            meta.get("deletionTimestamp"),
+            annotations.get(names.ANNOTATION_FORCE_ISO_REFRESH),
+        )
+
+    return watched(old) != watched(new)
+
+
+def controller(
+    deps: Deps,
+    *,
+    iso_limits: vsphere.IsoLimits | None = None,
+    retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
+) -> Controller:
+    """The `infra` controller over the app's informers (see the module doc)."""
+    pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
+    pool_specs.install_indexes(deps.informers)
+    reconciler = InfraReconciler(deps=deps, iso_limits=iso_limits)
+
+    def pools_of_infra_env(obj: JsonObj) -> list[ObjectKey]:
+        meta = obj.get("metadata") or {}
+        value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        return pool_specs.keys_of(pools.by_index(indexes.POOLS_BY_INFRA_ENV, value))
+
+    built = Controller(
+        name=CONTROLLER_NAME,
+        reconcile=reconciler.reconcile,
+        watches=[
+            Watch(source=pools, predicate=_pool_changed),
+            Watch(source=deps.informer(kinds.INFRA_ENV), map=pools_of_infra_env),
+        ],
+        workers=deps.workers,
+        rate_limiter=pool_specs.retry_limiter(base=retry_base),
+    )
+    if isinstance(deps.credentials, Notifying):
+
+        def secret_changed(namespace: str, name: str) -> None:
+            for key in pool_specs.keys_of(
+                pools.by_index(pool_specs.INDEX_POOLS_BY_SECRET, f"{namespace}/{name}")
+            ):
+                built.enqueue(key)
+
+        deps.credentials.subscribe(secret_changed)
+    return built

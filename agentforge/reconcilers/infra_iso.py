@@ -1,0 +1,222 @@
+"""The `infra` controller's ISO step: check the InfraEnv image when due, cache it, prune.
+
+Split from `infra` so each module stays one concern: this one turns a pool, its
+InfraEnv and the cache rules of `iso_cache` into an `Outcome` (conditions, the new
+`status.iso`, events, the next wake-up); `infra` runs it and writes status once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agentforge import vsphere
+from agentforge.api import views
+from agentforge.api.conditions import PoolConditionType, PoolReason
+from agentforge.api.pool import ISOStatus, VsphereAgentPool
+from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.kube.events import EventType
+from agentforge.kube.informer import Informer
+from agentforge.reconcilers import indexes, iso_cache, iso_prune, pool_specs
+from agentforge.reconcilers.event_reasons import InfraEvent
+
+__all__ = ["Cond", "IsoInputs", "Outcome", "check_iso"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    type: PoolConditionType
+    ok: bool
+    reason: PoolReason
+    message: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one reconcile decided: conditions, the new `status.iso`, events, wake-ups."""
+
+    conditions: list[Cond] = field(default_factory=list)
+    iso: ISOStatus | None = None
+    events: list[tuple[EventType, InfraEvent, str]] = field(default_factory=list)
+    wake_at: list[datetime] = field(default_factory=list)
+    retry: bool = False
+
+    def condition(
+        self, type_: PoolConditionType, *, ok: bool, reason: PoolReason, message: str
+    ) -> None:
+        self.conditions.append(Cond(type_, ok, reason, message))
+
+    def event(self, type_: EventType, reason: InfraEvent, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+@dataclass(frozen=True, slots=True)
+class IsoInputs:
+    """The caches and settings the ISO step reads."""
+
+    pools: Informer
+    infra_envs: Informer
+    agents: Informer
+    limits: vsphere.IsoLimits | None = None
+
+
+async def check_iso(
+    pool: VsphereAgentPool,
+    *,
+    inputs: IsoInputs,
+    service: vsphere.VsphereService,
+    outcome: Outcome,
+    now: datetime,
+) -> None:
+    ns, ref = pool.metadata.namespace, pool.spec.infra_env_ref.name
+    raw = inputs.infra_envs.get(namespace=ns, name=ref)
+    if raw is None:
+        _waiting(
+            outcome,
+            InfraEvent.INFRA_ENV_NOT_FOUND,
+            f"InfraEnv {ns}/{ref} not found: create it or fix spec.infraEnvRef.name",
+        )
+        return
+    url = views.InfraEnv.model_validate(raw).iso_download_url
+    if not url:
+        _waiting(
+            outcome,
+            InfraEvent.ISO_URL_MISSING,
+            f"InfraEnv {ns}/{ref} has no status.isoDownloadURL yet: wait for the Assisted "
+            "Installer to create the discovery image (condition ImageCreated)",
+        )
+        return
+    status = pool.status.iso
+    interval = pool.effective_check_interval()
+    prefix = pool.effective_path_prefix()
+    token = pool.force_refresh_token()
+    due = iso_cache.check_due(
+        status, url=url, prefix=prefix, token=token, interval=interval, now=now
+    )
+    if due is None:
+        wake = iso_cache.next_check_at(status, interval=interval)
+        if wake is not None:
+            outcome.wake_at.append(wake)
+        return
+    log.info("checking the ISO of pool %s/%s: %s", ns, pool.metadata.name, due.value)
+    where = pool_specs.iso_location(pool)
+    try:
+        result = await service.ensure_iso(
+            source=vsphere.IsoSource(url=url),
+            where=where,
+            prefix=prefix,
+            previous=iso_cache.previous_record(status, url=url),
+            limits=inputs.limits,
+        )
+    except vsphere.VsphereError as exc:
+        fix = (
+            f"check InfraEnv {ns}/{ref} and that its ISO URL answers"
+            if isinstance(exc, vsphere.IsoSourceError)
+            else "it is retried with backoff"
+        )
+        message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
+        outcome.condition(
+            PoolConditionType.ISO_READY,
+            ok=False,
+            reason=PoolReason.ISO_CACHE_FAILED,
+            message=message,
+        )
+        outcome.event(EventType.WARNING, InfraEvent.ISO_CACHE_FAILED, message)
+        outcome.retry = True
+        return
+    updated = iso_cache.updated_status(status, result=result, url=url, token=token, now=now)
+    message = f"ISO {where.path(result.path)} cached ({result.size} bytes)"
+    reason = PoolReason.ISO_CACHED
+    if not result.reused:
+        outcome.event(
+            EventType.NORMAL,
+            InfraEvent.ISO_UPLOADED,
+            f"uploaded the discovery ISO of InfraEnv {ns}/{ref} to {result.backing}",
+        )
+    if iso_prune.needs_prune(before=status, after=updated, retain=pool.spec.iso.retain_versions):
+        updated, failure = await _prune(
+            pool, inputs=inputs, service=service, status=updated, outcome=outcome, now=now
+        )
+        if failure:
+            reason = PoolReason.ISO_PRUNE_FAILED
+            message += f"; pruning old ISOs failed: {failure} (retried at the next check)"
+            outcome.event(EventType.WARNING, InfraEvent.ISO_PRUNE_FAILED, failure)
+    outcome.iso = updated
+    outcome.condition(PoolConditionType.ISO_READY, ok=True, reason=reason, message=message)
+    outcome.wake_at.append(now + interval)
+
+
+async def _prune(
+    pool: VsphereAgentPool,
+    *,
+    inputs: IsoInputs,
+    service: vsphere.VsphereService,
+    status: ISOStatus,
+    outcome: Outcome,
+    now: datetime,
+) -> tuple[ISOStatus, str | None]:
+    """Prune; returns `status` with the resulting history, and a failure text if any."""
+    agents = [
+        VsphereAgent.model_validate(a)
+        for a in inputs.agents.by_index(
+            indexes.VSPHERE_AGENTS_BY_POOL, f"{pool.metadata.namespace}/{pool.metadata.name}"
+        )
+    ]
+    try:
+        pruned = await iso_prune.prune(
+            service=service,
+            pool=pool,
+            status=status,
+            agents=agents,
+            kept_elsewhere=_kept_by_other_pools(pool, inputs.pools),
+            now=now,
+        )
+    except iso_prune.PruneError as exc:
+        return status, str(exc)
+    if pruned.deleted:
+        where = pool_specs.iso_location(pool)
+        outcome.event(
+            EventType.NORMAL,
+            InfraEvent.ISO_PRUNED,
+            "deleted unused ISOs beyond retention: "
+            + ", ".join(where.path(p) for p in pruned.deleted),
+        )
+    pruned_status = status.model_copy(update={"history": list(pruned.history)})
+    return pruned_status, "; ".join(pruned.failures) or None
+
+
+def _kept_by_other_pools(pool: VsphereAgentPool, pools: Informer) -> set[str]:
+    """Paths other pools caching into the same datastore folder still name."""
+    prefix = pool.effective_path_prefix()
+    kept: set[str] = set()
+    for raw in pools.list():
+        meta = raw.get("metadata") or {}
+        if meta.get("uid") == pool.metadata.uid:
+            continue
+        try:
+            other = VsphereAgentPool.model_validate(raw)
+        except ValueError:
+            continue
+        same = (
+            other.spec.vsphere.iso_datastore == pool.spec.vsphere.iso_datastore
+            and other.spec.vsphere.datacenter == pool.spec.vsphere.datacenter
+            and other.effective_path_prefix() == prefix
+        )
+        if same:
+            kept |= {e.path for e in other.status.iso.history}
+            if other.status.iso.path:
+                kept.add(other.status.iso.path)
+    return kept
+
+
+def _waiting(outcome: Outcome, event_reason: InfraEvent, message: str) -> None:
+    outcome.condition(
+        PoolConditionType.ISO_READY,
+        ok=False,
+        reason=PoolReason.WAITING_FOR_INFRA_ENV,
+        message=message,
+    )
+    outcome.event(EventType.WARNING, event_reason, message)

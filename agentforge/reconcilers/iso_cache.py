@@ -1,0 +1,254 @@
+"""The ISO cache's decisions, pure: when to re-check, what status to write, what to prune.
+
+Everything here is a function of values (the pool's `status.iso`, the InfraEnv URL,
+files listed on the datastore, backings vSphere reports attached, `now`), so the
+rules that decide whether a file may be deleted are unit-tested without I/O:
+
+* **re-check** when there is no path yet, the URL changed (compared by hash: the
+  stored `url` omits the query, which carries the image version and key), the prefix
+  changed, a new force-refresh token appeared, or `checkInterval` passed since
+  `checkedAt`; otherwise wake up exactly when the interval ends;
+* **history** is newest first, one entry per path, the current ISO always first,
+  cut to `retainVersions`;
+* **prune** only content-addressed files (`<prefix>/<64 hex>.iso`, directly under the
+  prefix) and history paths that are beyond retention, that no VM's CD-ROM holds (as
+  vSphere reports it, not as history says), that no in-flight creation recorded, and
+  that no other pool sharing the folder keeps. A file no status names is younger
+  than `orphan_grace` may be another pool's fresh upload whose status write is still
+  to come: it is left for a later check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from urllib.parse import urlsplit, urlunsplit
+
+from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
+from agentforge.vsphere import IsoRecord, IsoResult, Validators
+
+__all__ = [
+    "CheckReason",
+    "PrunePlan",
+    "StoredFile",
+    "check_due",
+    "next_check_at",
+    "plan_prune",
+    "previous_record",
+    "redact_url",
+    "relative_path",
+    "updated_status",
+    "url_hash",
+]
+
+_CONTENT_NAME = re.compile(r"[0-9a-f]{64}\.iso")
+_BACKING = re.compile(r"^\[(?P<ds>[^\]]+)\]\s*(?P<path>.+)$")
+DEFAULT_ORPHAN_GRACE = timedelta(hours=1)
+
+
+class CheckReason(StrEnum):
+    """Why the ISO is checked now (also the event/log wording)."""
+
+    NO_PATH = "no ISO is cached yet"
+    URL_CHANGED = "the InfraEnv ISO URL changed"
+    PREFIX_CHANGED = "spec.iso.pathPrefix changed"
+    FORCE_REFRESH = "a new force-iso-refresh token was set"
+    INTERVAL_PASSED = "spec.iso.checkInterval passed"
+
+
+def url_hash(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def redact_url(url: str) -> str:
+    """The URL without user info, query or fragment (they may carry credentials)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _folder(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def check_due(
+    status: ISOStatus,
+    *,
+    url: str,
+    prefix: str,
+    token: str | None,
+    interval: timedelta,
+    now: datetime,
+) -> CheckReason | None:
+    """Why a check is due now, or None when the cached ISO stands until `next_check_at`."""
+    if not status.path:
+        return CheckReason.NO_PATH
+    if status.url_hash != url_hash(url):
+        return CheckReason.URL_CHANGED
+    if _folder(status.path) != prefix.strip("/"):
+        return CheckReason.PREFIX_CHANGED
+    if token and token != status.force_refresh_token:
+        return CheckReason.FORCE_REFRESH
+    if status.checked_at is None or now >= status.checked_at + interval:
+        return CheckReason.INTERVAL_PASSED
+    return None
+
+
+def next_check_at(status: ISOStatus, *, interval: timedelta) -> datetime | None:
+    return status.checked_at + interval if status.checked_at is not None else None
+
+
+def previous_record(status: ISOStatus, *, url: str) -> IsoRecord | None:
+    """What revalidation may compare with: only validators of this very URL count."""
+    if not (status.sha256 and status.path and status.url_hash == url_hash(url)):
+        return None
+    stored = status.validators or ISOSourceValidators()
+    return IsoRecord(
+        sha256=status.sha256,
+        size=status.size_bytes or 0,
+        validators=Validators(
+            etag=stored.etag,
+            last_modified=stored.last_modified,
+            content_length=stored.content_length,
+        ),
+    )
+
+
+def updated_status(
+    status: ISOStatus,
+    *,
+    result: IsoResult,
+    url: str,
+    token: str | None,
+    now: datetime,
+) -> ISOStatus:
+    """`status.iso` after a successful check; the history is cut by `plan_prune`."""
+    moved = result.path != status.path
+    uploaded_at = status.uploaded_at
+    if moved or not result.reused or uploaded_at is None:
+        uploaded_at = now
+    current = ISOHistoryEntry(
+        path=result.path, sha256=result.sha256, size_bytes=result.size, uploaded_at=uploaded_at
+    )
+    previous = list(status.history)
+    if status.path and status.sha256 and all(e.path != status.path for e in previous):
+        previous.insert(
+            0,
+            ISOHistoryEntry(
+                path=status.path,
+                sha256=status.sha256,
+                size_bytes=status.size_bytes,
+                uploaded_at=status.uploaded_at,
+            ),
+        )
+    history = [current, *(e for e in previous if e.path != current.path)]
+    return status.model_copy(
+        update={
+            "url": redact_url(url),
+            "url_hash": url_hash(url),
+            "path": result.path,
+            "sha256": result.sha256,
+            "size_bytes": result.size,
+            "checked_at": now,
+            "uploaded_at": uploaded_at,
+            "force_refresh_token": token or status.force_refresh_token,
+            "validators": ISOSourceValidators(
+                etag=result.validators.etag,
+                last_modified=result.validators.last_modified,
+                content_length=result.validators.content_length,
+            ),
+            "history": history,
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file found on the ISO datastore (path relative to the datastore root)."""
+
+    path: str
+    size: int | None = None
+    modified: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrunePlan:
+    delete: tuple[str, ...]
+    """Paths to delete (relative to the datastore root)."""
+    in_use: tuple[str, ...]
+    """Paths beyond retention that a VM (or an in-flight creation) still holds."""
+    history: tuple[ISOHistoryEntry, ...]
+    """The history to write if every delete succeeds (a failed one is added back)."""
+
+
+def relative_path(backing: str, *, datastore: str) -> str | None:
+    """`[ds] a/b.iso` -> `a/b.iso` when it is on `datastore`, else None."""
+    match = _BACKING.match(backing.strip())
+    if match is None or match.group("ds") != datastore:
+        return None
+    return match.group("path").strip().lstrip("/")
+
+
+def is_content_addressed(path: str, *, prefix: str) -> bool:
+    folder, _, name = path.rpartition("/")
+    return folder == prefix.strip("/") and bool(_CONTENT_NAME.fullmatch(name))
+
+
+def plan_prune(
+    *,
+    history: Sequence[ISOHistoryEntry],
+    retain: int,
+    prefix: str,
+    files: Iterable[StoredFile],
+    in_use: Collection[str],
+    kept_elsewhere: Collection[str],
+    now: datetime,
+    orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE,
+) -> PrunePlan:
+    """Which files to delete and which history to keep (see the module doc)."""
+    keep_count = max(retain, 1)
+    retained = list(history[:keep_count])
+    beyond = list(history[keep_count:])
+    retained_paths = {e.path for e in retained}
+    known = {e.path for e in history} | set(kept_elsewhere)
+    delete: list[str] = []
+    held: list[ISOHistoryEntry] = []
+    for entry in beyond:
+        if entry.path in retained_paths or entry.path in kept_elsewhere:
+            continue
+        if entry.path in in_use:
+            held.append(entry)
+        elif entry.path not in delete:
+            delete.append(entry.path)
+    for stored in sorted(files, key=lambda f: f.path):
+        path = stored.path.strip("/")
+        if not is_content_addressed(path, prefix=prefix) or path in known or path in delete:
+            continue
+        if path in in_use:
+            held.append(_entry_for(stored))
+            continue
+        if stored.modified is not None and now - stored.modified < orphan_grace:
+            continue
+        delete.append(path)
+    return PrunePlan(
+        delete=tuple(delete),
+        in_use=tuple(e.path for e in held),
+        history=tuple([*retained, *held]),
+    )
+
+
+def _entry_for(stored: StoredFile) -> ISOHistoryEntry:
+    name = stored.path.rpartition("/")[2]
+    return ISOHistoryEntry(
+        path=stored.path.strip("/"),
+        sha256=name.removesuffix(".iso"),
+        size_bytes=stored.size,
+        uploaded_at=stored.modified,
+    )

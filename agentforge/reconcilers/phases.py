@@ -1,0 +1,154 @@
+"""Owned VM phases (DOMAIN.md section 3, made precise in docs/design/0002).
+
+One VM's phase follows from its VsphereAgent's record (previous phase, reason,
+agentRef, machineRef, identity, when it came to exist) and the Agent matched to it:
+
+* no Agent: Provisioning while the VM is younger than `ORPHAN_GRACE` (the clock
+  starts when the VM exists, not when it was requested), then Orphaned
+  (DiscoveryTimeout); a VM that had an Agent before is Orphaned (AgentMissing) and
+  its references are cleared;
+* an unbound Agent: Available, or Released when the VM was Bound or Released before
+  (AgentUnbound, MachineDeleting, MachineDeleted, from the recorded Machine);
+* a bound Agent: Bound, or Released (MachineDeleting) while its Machine is deleted.
+
+`lastTransitionTime` moves only when the phase does. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Final, NamedTuple
+
+from agentforge.api.vm import VMPhase, VMReason
+from agentforge.reconcilers import matching
+from agentforge.reconcilers.snapshot import MachineFacts, VsphereAgentFacts
+
+ORPHAN_GRACE: Final = timedelta(minutes=30)
+"""How long a VM may exist without discovery, and an orphan lingers before clean-up."""
+
+_ONCE_MATCHED: Final = frozenset({VMPhase.AVAILABLE, VMPhase.BOUND, VMPhase.RELEASED})
+
+
+class Ref(NamedTuple):
+    """A reference to an Agent or Machine (a tuple: thousands are made per plan)."""
+
+    name: str
+    uid: str | None = None
+
+
+class VMRecord(NamedTuple):
+    """The planner's part of a VM record (`status.vm.{phase,reason,agentRef,...}`)."""
+
+    vsphere_agent: str
+    name: str
+    phase: VMPhase
+    reason: VMReason
+    agent: Ref | None
+    machine: Ref | None
+    last_transition: datetime
+    changed: bool
+    """Differs from what the VsphereAgent's status records."""
+
+
+@dataclass(slots=True)
+class PhaseContext:
+    now_exact: datetime
+    now: datetime
+    """`now_exact` in whole seconds, as status times are."""
+    machines: Mapping[str, MachineFacts]
+    machine_of_am: Mapping[str, MachineFacts]
+    wake: list[datetime] = field(default_factory=list)
+
+
+def _provisioning_reason(va: VsphereAgentFacts) -> VMReason:
+    if va.adopted:
+        return VMReason.VM_ADOPTED
+    if va.creating:
+        return VMReason.VM_CREATING
+    if va.vm_exists:
+        return VMReason.VM_CREATED
+    return VMReason.VM_CREATE_PENDING
+
+
+def _discovery_started(va: VsphereAgentFacts) -> datetime | None:
+    """Since when the VM exists (None while it does not): the discovery clock."""
+    if not va.vm_exists:
+        return None
+    moments = [m for m in (va.created_at, va.ready_since) if m is not None]
+    return max(moments) if moments else None
+
+
+def _machine_ref(machine: MachineFacts | None, previous: str | None) -> Ref | None:
+    if machine is not None:
+        return Ref(machine.name, machine.uid or None)
+    return Ref(previous) if previous else None
+
+
+def _decide(
+    va: VsphereAgentFacts, found: matching.Match | None, ctx: PhaseContext
+) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
+    """Phase, reason, agentRef and machineRef of one VM."""
+    if found is None:
+        once_matched = bool(va.agent_ref) or va.phase in _ONCE_MATCHED
+        if once_matched or (va.phase is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
+            return VMPhase.ORPHANED, VMReason.AGENT_MISSING, None, None
+        if va.phase is VMPhase.ORPHANED:
+            return VMPhase.ORPHANED, VMReason.DISCOVERY_TIMEOUT, None, None
+        started = _discovery_started(va)
+        if started is not None:
+            deadline = started + ORPHAN_GRACE
+            if ctx.now_exact >= deadline:
+                return VMPhase.ORPHANED, VMReason.DISCOVERY_TIMEOUT, None, None
+            ctx.wake.append(deadline)
+        return VMPhase.PROVISIONING, _provisioning_reason(va), None, None
+
+    agent = found.agent
+    agent_ref = Ref(agent.name, agent.uid or None)
+    if agent.bound:
+        am = agent.agent_machine_ref
+        machine = (ctx.machine_of_am.get(am) or ctx.machines.get(am)) if am else None
+        if machine is None:
+            return (
+                VMPhase.BOUND,
+                VMReason.AGENT_BOUND,
+                agent_ref,
+                _machine_ref(None, va.machine_ref),
+            )
+        machine_ref = Ref(machine.name, machine.uid or None)
+        if machine.deleting:
+            return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, machine_ref
+        return VMPhase.BOUND, VMReason.AGENT_BOUND, agent_ref, machine_ref
+    if va.phase in (VMPhase.BOUND, VMPhase.RELEASED):
+        if not va.machine_ref:
+            reason = (
+                VMReason.MACHINE_DELETED
+                if va.reason in (VMReason.MACHINE_DELETING, VMReason.MACHINE_DELETED)
+                else VMReason.AGENT_UNBOUND
+            )
+            return VMPhase.RELEASED, reason, agent_ref, None
+        machine = ctx.machines.get(va.machine_ref)
+        if machine is None:
+            return VMPhase.RELEASED, VMReason.MACHINE_DELETED, agent_ref, Ref(va.machine_ref)
+        current = Ref(machine.name, machine.uid or None)
+        if machine.deleting:
+            return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, current
+        return VMPhase.RELEASED, VMReason.AGENT_UNBOUND, agent_ref, current
+    return VMPhase.AVAILABLE, VMReason.AGENT_AVAILABLE, agent_ref, None
+
+
+def record(va: VsphereAgentFacts, found: matching.Match | None, ctx: PhaseContext) -> VMRecord:
+    phase, reason, agent_ref, machine_ref = _decide(va, found, ctx)
+    moved = phase is not va.phase or va.last_transition is None
+    last_transition = ctx.now if moved else va.last_transition
+    assert last_transition is not None
+    changed = (
+        moved
+        or reason != va.reason
+        or (agent_ref.name if agent_ref else None) != va.agent_ref
+        or (machine_ref.name if machine_ref else None) != va.machine_ref
+    )
+    return VMRecord(
+        va.name, va.vm_name, phase, reason, agent_ref, machine_ref, last_transition, changed
+    )

@@ -1,0 +1,96 @@
+"""The planner's view of one pool, read from the informer caches.
+
+Everything a plan needs is found by index (`indexes`): the AgentMachines and
+Machines of the pool's nodePool, the Agents of its InfraEnv, its VsphereAgents,
+other pools' VsphereAgents in the namespace (their claims), the InfraEnv, and other
+live pools serving the same nodePool. Objects become planner facts through one
+`FactsMemo` per kind, so a reconcile of a pool of thousands of VMs parses only the
+objects that changed since the last one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from agentforge.api import kinds
+from agentforge.api.pool import VsphereAgentPool
+from agentforge.reconcilers import indexes, planner
+from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.memo import FactsMemo
+from agentforge.reconcilers.snapshot import (
+    Claims,
+    agent_facts,
+    agent_machine_facts,
+    claim_of,
+    infra_env_facts,
+    machine_facts,
+    vsphere_agent_facts,
+)
+
+
+class SnapshotSource:
+    """Builds `planner.Snapshot`s from the app's informers (one per controller)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
+        self._agent_machines = deps.informer(kinds.AGENT_MACHINE)
+        self._machines = deps.informer(kinds.MACHINE)
+        self._agents = deps.informer(kinds.AGENT)
+        self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
+        self._infra_envs = deps.informer(kinds.INFRA_ENV)
+        self._agent_facts = FactsMemo(informer=self._agents, extract=agent_facts)
+        self._am_facts = FactsMemo(informer=self._agent_machines, extract=agent_machine_facts)
+        self._machine_facts = FactsMemo(informer=self._machines, extract=machine_facts)
+        self._va_facts = FactsMemo(informer=self._vsphere_agents, extract=vsphere_agent_facts)
+
+    def vm_status(self, *, namespace: str, name: str) -> Mapping[str, Any]:
+        """The cached `status.vm` of a VsphereAgent (empty when unknown)."""
+        cached = self._vsphere_agents.get(namespace=namespace, name=name)
+        facts = self._va_facts.facts(cached) if cached is not None else None
+        return facts.vm_status if facts is not None else {}
+
+    def snapshot(self, pool: VsphereAgentPool, *, now: datetime) -> planner.Snapshot:
+        namespace, name = pool.metadata.namespace, pool.metadata.name
+        node_pool = indexes.node_pool_key(
+            control_plane_namespace=pool.spec.control_plane_namespace,
+            node_pool_namespace=namespace,
+            node_pool=pool.spec.node_pool_ref.name,
+        )
+        infra_env_name = pool.spec.infra_env_ref.name
+        claims = []
+        for obj in self._vsphere_agents.list(namespace=namespace):
+            facts = self._va_facts.facts(obj)
+            claim = claim_of(facts) if facts is not None and facts.pool != name else None
+            if claim is not None:
+                claims.append(claim)
+        infra_env = self._infra_envs.get(namespace=namespace, name=infra_env_name)
+        competing = [
+            p["metadata"]["name"]
+            for p in self._pools.by_index(indexes.POOLS_BY_NODE_POOL, node_pool)
+            if p["metadata"]["name"] != name and not p["metadata"].get("deletionTimestamp")
+        ]
+        return planner.Snapshot(
+            pool=pool,
+            agent_machines=self._am_facts.all(
+                self._agent_machines.by_index(indexes.BY_NODE_POOL, node_pool)
+            ),
+            machines=self._machine_facts.all(
+                self._machines.by_index(indexes.BY_NODE_POOL, node_pool)
+            ),
+            agents=self._agent_facts.all(
+                self._agents.by_index(
+                    indexes.AGENTS_BY_INFRA_ENV, indexes.namespaced_key(namespace, infra_env_name)
+                )
+            ),
+            vsphere_agents=self._va_facts.all(
+                self._vsphere_agents.by_index(
+                    indexes.VSPHERE_AGENTS_BY_POOL, indexes.namespaced_key(namespace, name)
+                )
+            ),
+            now=now,
+            claims=Claims.of(claims),
+            infra_env=infra_env_facts(infra_env) if infra_env is not None else None,
+            competing_pools=sorted(competing),
+        )

@@ -1,0 +1,22 @@
+"""Every controller the operator runs, built from one `Deps` (the app calls this once it leads).
+
+Order is start order; each factory installs the informer indexes it needs
+(idempotently), so the list can be extended without coordinating index set-up.
+"""
+
+from __future__ import annotations
+
+from agentforge.kube.controller import Controller
+from agentforge.reconcilers import indexes, infra, pool, scaleup, vm
+from agentforge.reconcilers.deps import Deps
+
+
+def controllers(deps: Deps) -> list[Controller]:
+    """Build every controller over the app's informers."""
+    indexes.install(deps.informers)
+    return [
+        scaleup.controller(deps),
+        pool.controller(deps),
+        infra.controller(deps),
+        vm.controller(deps),
+    ]

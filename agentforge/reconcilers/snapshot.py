@@ -1,0 +1,345 @@
+"""The planner's input: small frozen facts extracted once per object version.
+
+A pool of 5,000 VMs must be planned in milliseconds, but parsing 5,000 Agents with
+their pydantic views costs a quarter of a second. So the pool controller turns each
+cached object into a slotted, frozen fact record once per resourceVersion (see
+`memo`), and the planner works on those records with dict lookups only.
+
+The rules that decide a fact ("is this Agent bound?", "does this AgentMachine
+wait?") stay in `agentforge.api.views`: the extractors here call the views, so the
+answer cannot differ between reconcilers. VsphereAgents are our own kind and are
+read from the raw dict leniently (a status written by the Go operator, or by an
+older version of this one, must never stop planning).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from agentforge.api import identity, names, views
+from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionType
+from agentforge.api.vm import VMPhase
+from agentforge.reconcilers import naming
+
+JsonObj = Mapping[str, Any]
+_EMPTY: Mapping[str, Any] = {}
+_E = TypeVar("_E")
+
+
+# --- Kubernetes kinds other projects own ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFacts:
+    """An Assisted Installer Agent, as far as planning cares."""
+
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    deleting: bool
+    bound: bool
+    """Bound to an AgentMachine or assigned to a cluster: never ours to delete."""
+    agent_machine_ref: str | None
+    cluster_deployment: str | None
+    bios_uuid: str | None
+    macs: frozenset[str]
+    hostname: str
+    """`spec.hostname` when set (we set it to the VM name), else the inventory's."""
+    spec_hostname: str
+    approved: bool
+    role: str
+
+
+def agent_facts(obj: JsonObj) -> AgentFacts:
+    view = views.Agent.model_validate(obj)
+    deployment = view.spec.cluster_deployment_name
+    labels = (obj.get("metadata") or _EMPTY).get("labels")
+    return AgentFacts(
+        name=view.metadata.name,
+        uid=view.metadata.uid,
+        # the cached dict itself (read-only): no copy per Agent in the memo
+        labels=labels if isinstance(labels, Mapping) else view.metadata.labels,
+        deleting=view.is_deleting,
+        bound=view.is_bound,
+        agent_machine_ref=view.agent_machine_ref,
+        cluster_deployment=deployment.name if deployment and deployment.name else None,
+        bios_uuid=view.bios_uuid,
+        macs=view.mac_addresses,
+        hostname=view.spec.hostname or view.hostname,
+        spec_hostname=view.spec.hostname,
+        approved=view.spec.approved,
+        role=view.spec.role,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMachineFacts:
+    name: str
+    deleting: bool
+    ready: bool
+    waiting: bool
+    """Ready=False, reason NoSuitableAgents."""
+    has_agent: bool
+    pinned: str | None
+    """The selection label pinned into `spec.agentLabelSelector.matchLabels`."""
+    selection: str
+    """The selection label value its VsphereAgent and Agent carry (`naming`)."""
+
+
+def agent_machine_facts(obj: JsonObj) -> AgentMachineFacts:
+    view = views.AgentMachine.model_validate(obj)
+    return AgentMachineFacts(
+        name=view.metadata.name,
+        deleting=view.is_deleting,
+        ready=view.is_ready,
+        waiting=view.is_waiting,
+        has_agent=view.has_agent,
+        pinned=view.spec.agent_label_selector.match_labels.get(names.LABEL_AGENT_MACHINE),
+        selection=naming.selection_label_value(agent_machine=view.metadata.name),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MachineFacts:
+    name: str
+    uid: str
+    deleting: bool
+    infrastructure_name: str | None
+
+
+def machine_facts(obj: JsonObj) -> MachineFacts:
+    view = views.Machine.model_validate(obj)
+    return MachineFacts(
+        name=view.metadata.name,
+        uid=view.metadata.uid,
+        deleting=view.is_deleting,
+        infrastructure_name=view.infrastructure_name,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InfraEnvFacts:
+    name: str
+    iso_url: str | None
+    image_created: bool
+    image_message: str
+
+
+def infra_env_facts(obj: JsonObj) -> InfraEnvFacts:
+    view = views.InfraEnv.model_validate(obj)
+    created = view.status.condition(views.CONDITION_IMAGE_CREATED)
+    return InfraEnvFacts(
+        name=view.metadata.name,
+        iso_url=view.iso_download_url,
+        image_created=view.image_created,
+        image_message=created.message if created else "",
+    )
+
+
+# --- our VsphereAgents ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VsphereAgentFacts:
+    """One VsphereAgent and the VM record in its status."""
+
+    name: str
+    uid: str
+    pool: str | None
+    deleting: bool
+    created_for: str | None
+    agent_machine: str | None
+    """The selection label value (the AgentMachine it was made for), if any."""
+    vm_name: str
+    bios_uuid: str | None
+    mac: str | None
+    """Canonical lower-case colon form."""
+    phase: VMPhase | None
+    reason: str | None
+    agent_ref: str | None
+    machine_ref: str | None
+    last_transition: datetime | None
+    created_at: datetime | None
+    ready_since: datetime | None
+    """When Ready last turned True (the VM exists and runs), if it is True."""
+    creating: bool
+    """A creation is recorded in `status.creation`."""
+    iso_ejected: ISOEjectedReason | None
+    vm_status: Mapping[str, Any] = field(default_factory=dict)
+    """The raw `status.vm` (read-only), rendered back with the planner's fields."""
+
+    @property
+    def vm_exists(self) -> bool:
+        """The VM was created or adopted (identity recorded, or Ready=True)."""
+        return bool(self.bios_uuid) or self.ready_since is not None
+
+    @property
+    def adopted(self) -> bool:
+        return self.created_for == names.CreatedFor.ADOPTED
+
+
+def parse_time(value: object) -> datetime | None:
+    """A metav1.Time string as an aware UTC datetime (whole seconds); None if not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    with contextlib.suppress(ValueError):
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC).replace(microsecond=0)
+    return None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _ref_name(value: object) -> str | None:
+    return _str(value.get("name")) if isinstance(value, Mapping) else None
+
+
+def _enum(enum: type[_E], value: object) -> _E | None:
+    try:
+        return enum(value)  # type: ignore[call-arg]
+    except ValueError:
+        return None
+
+
+def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
+    meta = obj.get("metadata") or _EMPTY
+    labels = meta.get("labels") or _EMPTY
+    annotations = meta.get("annotations") or _EMPTY
+    spec = obj.get("spec") or _EMPTY
+    status = obj.get("status") or _EMPTY
+    vm = status.get("vm")
+    vm = vm if isinstance(vm, Mapping) else _EMPTY
+    ready_since: datetime | None = None
+    ejected: ISOEjectedReason | None = None
+    for condition in status.get("conditions") or ():
+        if not isinstance(condition, Mapping):
+            continue
+        if condition.get("type") == VsphereAgentConditionType.READY:
+            if condition.get("status") == "True":
+                ready_since = parse_time(condition.get("lastTransitionTime")) or parse_time(
+                    meta.get("creationTimestamp")
+                )
+        elif condition.get("type") == VsphereAgentConditionType.ISO_EJECTED:
+            ejected = _enum(ISOEjectedReason, condition.get("reason"))
+    name = str(meta.get("name", ""))
+    return VsphereAgentFacts(
+        name=name,
+        uid=str(meta.get("uid", "")),
+        pool=_str(labels.get(names.LABEL_POOL)) or _ref_name(spec.get("poolRef")),
+        deleting=meta.get("deletionTimestamp") is not None,
+        created_for=_str(labels.get(names.LABEL_CREATED_FOR)),
+        agent_machine=_str(labels.get(names.LABEL_AGENT_MACHINE)),
+        vm_name=_str(vm.get("name")) or _str(annotations.get(names.ANNOTATION_VM_NAME)) or name,
+        bios_uuid=identity.normalize_uuid(_str(vm.get("biosUUID"))),
+        mac=identity.normalize_mac(_str(vm.get("macAddress"))),
+        phase=_enum(VMPhase, vm.get("phase")),
+        reason=_str(vm.get("reason")),
+        agent_ref=_ref_name(vm.get("agentRef")),
+        machine_ref=_ref_name(vm.get("machineRef")),
+        last_transition=parse_time(vm.get("lastTransitionTime")),
+        created_at=parse_time(meta.get("creationTimestamp")),
+        ready_since=ready_since,
+        creating=isinstance(status.get("creation"), Mapping),
+        iso_ejected=ejected,
+        vm_status=vm,
+    )
+
+
+# --- claims by other pools ----------------------------------------------------------------
+
+
+def identity_conflicts(*, bios_uuid: str | None, mac: str | None, agent: AgentFacts) -> bool:
+    """A VM and an Agent that both report an identity, and no identity agrees.
+
+    Hostname and previous-agentRef matches are only trusted when this is False.
+    """
+    checked = False
+    if bios_uuid and agent.bios_uuid:
+        if bios_uuid == agent.bios_uuid:
+            return False
+        checked = True
+    if mac and agent.macs:
+        if mac in agent.macs:
+            return False
+        checked = True
+    return checked
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What another pool's VsphereAgent holds on to: its VM identity and its Agent."""
+
+    pool: str
+    vsphere_agent: str
+    vm_name: str
+    bios_uuid: str | None
+    mac: str | None
+    agent: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """Other pools' claims, indexed so `claimant(agent)` is a few dict lookups."""
+
+    by_agent: Mapping[str, Claim] = field(default_factory=dict)
+    by_uuid: Mapping[str, Claim] = field(default_factory=dict)
+    by_mac: Mapping[str, Claim] = field(default_factory=dict)
+    by_vm_name: Mapping[str, Claim] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, claims: Iterable[Claim]) -> Claims:
+        by_agent: dict[str, Claim] = {}
+        by_uuid: dict[str, Claim] = {}
+        by_mac: dict[str, Claim] = {}
+        by_vm_name: dict[str, Claim] = {}
+        for claim in sorted(claims, key=lambda c: (c.pool, c.vsphere_agent)):
+            if claim.agent:
+                by_agent.setdefault(claim.agent, claim)
+            if claim.bios_uuid:
+                by_uuid.setdefault(claim.bios_uuid, claim)
+            if claim.mac:
+                by_mac.setdefault(claim.mac, claim)
+            by_vm_name.setdefault(claim.vm_name, claim)
+        return cls(by_agent=by_agent, by_uuid=by_uuid, by_mac=by_mac, by_vm_name=by_vm_name)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_vm_name)
+
+    def claimant(self, agent: AgentFacts) -> Claim | None:
+        """The other pool's claim on `agent`: by name, BIOS UUID, MAC, or hostname."""
+        claim = self.by_agent.get(agent.name)
+        if claim is None and agent.bios_uuid:
+            claim = self.by_uuid.get(agent.bios_uuid)
+        if claim is None:
+            claim = next((self.by_mac[m] for m in agent.macs if m in self.by_mac), None)
+        if claim is None and agent.hostname:
+            named = self.by_vm_name.get(agent.hostname)
+            if named is not None and not identity_conflicts(
+                bios_uuid=named.bios_uuid, mac=named.mac, agent=agent
+            ):
+                claim = named
+        return claim
+
+
+def claim_of(facts: VsphereAgentFacts) -> Claim | None:
+    """The claim a VsphereAgent of another pool makes (None while it is deleted)."""
+    if facts.deleting or not facts.pool:
+        return None
+    return Claim(
+        pool=facts.pool,
+        vsphere_agent=facts.name,
+        vm_name=facts.vm_name,
+        bios_uuid=facts.bios_uuid,
+        mac=facts.mac,
+        agent=facts.agent_ref,
+    )

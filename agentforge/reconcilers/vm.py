@@ -1,0 +1,143 @@
+"""The `vm` controller (key: VsphereAgent): one VM per VsphereAgent, created once, deleted safely.
+
+Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
+
+* deleting -> `vm_delete.finalize` (ejection first, ownership-checked delete, Agent,
+  finalizer);
+* no finalizer -> add `agent-forge.containeroo.ch/vsphere-agent` first;
+* pool missing -> Ready=False `PoolNotFound`, nothing in vSphere;
+* `created-for: adopted` -> `adopt.ensure_adopted` (never creates);
+* otherwise -> `vm_create.ensure_created` (checkpoint, create, record; resume after
+  a crash by looking the VM up by recorded UUID and name).
+
+A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
+reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the
+pool's generation, UID, deletion or cached ISO path changed); Agents (-> the
+VsphereAgent whose `status.vm.agentRef` names them: a bound Agent holds a deletion,
+and the ejection feature reacts to installation).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from agentforge.api import kinds, names
+from agentforge.api.conditions import VsphereAgentReason
+from agentforge.api.pool import VsphereAgentPool
+from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.kube.controller import Controller, Result, Watch
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers import adopt, indexes, pool_specs, vm_create, vm_delete
+from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.vm_context import VmContext
+
+__all__ = ["CONTROLLER_NAME", "VmReconciler", "controller"]
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME: Final = "vm"
+JsonObj = dict[str, Any]
+
+
+class VmReconciler:
+    def __init__(self, *, deps: Deps, ejection: vm_delete.EjectionHook | None = None) -> None:
+        self._deps = deps
+        self._agents = deps.informer(kinds.VSPHERE_AGENT)
+        self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
+        self._ejection = ejection
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        raw = self._agents.get_by_key(key)
+        if raw is None:
+            return None
+        agent = VsphereAgent.model_validate(raw)
+        pool_raw = self._pools.get(
+            namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name
+        )
+        pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw is not None else None
+        ctx = VmContext(deps=self._deps, raw=raw, agent=agent, pool=pool, now=self._deps.now())
+        if agent.metadata.deleting:
+            return await vm_delete.finalize(ctx, ejection=self._ejection)
+        if names.FINALIZER_VSPHERE_AGENT not in agent.metadata.finalizers:
+            await self._add_finalizer(agent)
+        if pool is None:
+            await ctx.ready(
+                ok=False,
+                reason=VsphereAgentReason.POOL_NOT_FOUND,
+                message=(
+                    f"VsphereAgentPool {agent.metadata.namespace}/{agent.spec.pool_ref.name} "
+                    "not found: create it or fix spec.poolRef.name"
+                ),
+            )
+            return None
+        if adopt.is_adopted(ctx):
+            return await adopt.ensure_adopted(ctx)
+        return await vm_create.ensure_created(ctx)
+
+    async def _add_finalizer(self, agent: VsphereAgent) -> None:
+        """Merge patch guarded by the cached resourceVersion: a 409 retries with backoff
+        rather than overwrite a finalizer list someone changed meanwhile."""
+        await self._deps.client.patch_merge(
+            kinds.VSPHERE_AGENT,
+            namespace=agent.metadata.namespace,
+            name=agent.metadata.name,
+            patch={
+                "metadata": {
+                    "resourceVersion": agent.metadata.resource_version,
+                    "finalizers": [*agent.metadata.finalizers, names.FINALIZER_VSPHERE_AGENT],
+                }
+            },
+        )
+
+
+def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
+    def watched(obj: JsonObj) -> tuple[Any, ...]:
+        meta = obj.get("metadata") or {}
+        iso = (obj.get("status") or {}).get("iso") or {}
+        return (
+            meta.get("uid"),
+            meta.get("generation"),
+            meta.get("deletionTimestamp"),
+            iso.get("path"),
+        )
+
+    return watched(old) != watched(new)
+
+
+def controller(
+    deps: Deps,
+    *,
+    ejection: vm_delete.EjectionHook | None = None,
+    retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
+) -> Controller:
+    """The `vm` controller over the app's informers (see the module doc)."""
+    agents = deps.informer(kinds.VSPHERE_AGENT)
+    indexes.install(deps.informers)
+    reconciler = VmReconciler(deps=deps, ejection=ejection)
+
+    def agents_of_pool(obj: JsonObj) -> list[ObjectKey]:
+        meta = obj.get("metadata") or {}
+        value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        return pool_specs.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_POOL, value))
+
+    def agents_of_agent(obj: JsonObj) -> list[ObjectKey]:
+        meta = obj.get("metadata") or {}
+        value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        return pool_specs.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_AGENT, value))
+
+    return Controller(
+        name=CONTROLLER_NAME,
+        reconcile=reconciler.reconcile,
+        watches=[
+            Watch(source=agents),
+            Watch(
+                source=deps.informer(kinds.VSPHERE_AGENT_POOL),
+                map=agents_of_pool,
+                predicate=_pool_changed,
+            ),
+            Watch(source=deps.informer(kinds.AGENT), map=agents_of_agent),
+        ],
+        workers=deps.workers,
+        rate_limiter=pool_specs.retry_limiter(base=retry_base),
+    )

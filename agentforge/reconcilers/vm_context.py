@@ -1,0 +1,169 @@
+"""One `vm` reconcile's context, and the only way it writes a VsphereAgent's status.
+
+The `pool` controller writes `status.vm.{phase,reason,agentRef,machineRef,
+lastTransitionTime}` of the same objects, so every write here is `update_status`
+with a mutation that touches only this controller's fields: `status.vm.{name,
+biosUUID,macAddress,instanceUUID,moRef}`, `status.creation` and the `Ready`
+condition. A mutation that finds the object replaced (another UID) writes nothing;
+one that changes nothing makes no request beyond the fresh GET.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentforge import vsphere
+from agentforge.api import identity, kinds, rbac, wire
+from agentforge.api.conditions import VsphereAgentConditionType, VsphereAgentReason
+from agentforge.api.pool import VsphereAgentPool
+from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
+from agentforge.kube import conditions as kconditions
+from agentforge.kube.events import EventType
+from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.event_reasons import VmEvent
+
+JsonObj = dict[str, Any]
+Edit = Callable[[JsonObj], None]
+
+rbac.needs(kinds.VSPHERE_AGENT, "get", why="fresh read before a status write")
+rbac.needs(
+    kinds.VSPHERE_AGENT,
+    "update",
+    subresource="status",
+    why="record the VM identity, the creation checkpoint and Ready (PUT with resourceVersion)",
+)
+rbac.needs(kinds.EVENT, "create", "patch", why="events about VM creation, adoption and deletion")
+
+_OURS = ("name", "biosUUID", "macAddress", "instanceUUID", "moRef")
+
+
+@dataclass(slots=True)
+class VmContext:
+    deps: Deps
+    raw: JsonObj
+    agent: VsphereAgent
+    pool: VsphereAgentPool | None
+    now: datetime
+    _service: vsphere.VsphereService | None = field(default=None, repr=False)
+
+    @property
+    def where(self) -> str:
+        return f"VsphereAgent {self.agent.metadata.namespace}/{self.agent.metadata.name}"
+
+    async def service(self) -> vsphere.VsphereService:
+        """The pool's vSphere service; raises `deps.CredentialsError`."""
+        if self._service is None:
+            assert self.pool is not None
+            credentials = await self.deps.credentials.get(
+                namespace=self.pool.credentials_secret_namespace(),
+                name=self.pool.spec.vsphere.credentials_secret_ref.name,
+            )
+            self._service = vsphere.VsphereService(
+                registry=self.deps.vsphere, credentials=credentials
+            )
+        return self._service
+
+    async def event(self, type_: EventType, reason: VmEvent, message: str) -> None:
+        await self.deps.events.record(self.raw, type=type_, reason=reason, message=message)
+
+    async def write(self, *edits: Edit) -> JsonObj:
+        """Apply `edits` to the fresh status (only our fields); returns the stored object."""
+        uid = self.agent.metadata.uid
+
+        def mutate(obj: JsonObj) -> JsonObj | None:
+            if (obj.get("metadata") or {}).get("uid") != uid:
+                return None
+            before = copy.deepcopy(obj.get("status") or {})
+            obj.setdefault("status", {})
+            for edit in edits:
+                edit(obj)
+            return obj if obj["status"] != before else None
+
+        return await self.deps.client.update_status(
+            kinds.VSPHERE_AGENT,
+            namespace=self.agent.metadata.namespace,
+            name=self.agent.metadata.name,
+            mutate=mutate,
+        )
+
+    def shows_ready(self, *, ok: bool, reason: VsphereAgentReason) -> bool:
+        """The cached Ready condition has this status and reason (any message)."""
+        current = next(
+            (c for c in self.agent.status.conditions if c.type == VsphereAgentConditionType.READY),
+            None,
+        )
+        return current is not None and current.is_true == ok and current.reason == reason
+
+    async def ready(self, *, ok: bool, reason: VsphereAgentReason, message: str) -> None:
+        """Set Ready; no request at all when the cache already shows exactly this."""
+        current = next(
+            (c for c in self.agent.status.conditions if c.type == VsphereAgentConditionType.READY),
+            None,
+        )
+        if self.shows_ready(ok=ok, reason=reason) and current and current.message == message:
+            return
+        await self.write(self.ready_edit(ok=ok, reason=reason, message=message))
+
+    def ready_edit(self, *, ok: bool, reason: VsphereAgentReason, message: str) -> Edit:
+        now, generation = self.now, self.agent.metadata.generation
+
+        def edit(obj: JsonObj) -> None:
+            kconditions.set_condition(
+                obj["status"],
+                type=VsphereAgentConditionType.READY,
+                value=kconditions.ConditionStatus.TRUE if ok else kconditions.ConditionStatus.FALSE,
+                reason=reason,
+                message=message,
+                now=now,
+                observed_generation=generation,
+            )
+
+        return edit
+
+
+def creation_edit(record: CreationRecord | None) -> Edit:
+    """Set (or clear, with None) `status.creation`; setting also records `status.vm.name`."""
+
+    def edit(obj: JsonObj) -> None:
+        status = obj["status"]
+        if record is None:
+            status.pop("creation", None)
+            return
+        status["creation"] = wire.to_wire(record)
+        vm = status.setdefault("vm", {})
+        vm["name"] = record.vm_name
+
+    return edit
+
+
+def identity_edit(*, name: str, vm: vsphere.VmFacts | None = None) -> Edit:
+    """Record the VM's name and, when known, its BIOS UUID, MAC, instance UUID, moref."""
+
+    def edit(obj: JsonObj) -> None:
+        recorded = obj["status"].setdefault("vm", {})
+        recorded["name"] = name
+        if vm is None:
+            return
+        values = {
+            "biosUUID": vm.bios_uuid,
+            "macAddress": identity.hyphenated_mac(vm.primary_mac),
+            "instanceUUID": vm.instance_uuid,
+            "moRef": vm.moid,
+        }
+        for key in _OURS[1:]:
+            if values[key]:
+                recorded[key] = values[key]
+
+    return edit
+
+
+def is_checkpointed(stored: JsonObj, record: CreationRecord) -> bool:
+    """Did the server keep exactly our record? (the read-back of the checkpoint)."""
+    creation = (stored.get("status") or {}).get("creation") or {}
+    return bool(
+        creation.get("biosUUID") == record.bios_uuid and creation.get("vmName") == record.vm_name
+    )

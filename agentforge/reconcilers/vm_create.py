@@ -1,0 +1,221 @@
+"""Creating a VsphereAgent's VM exactly once, across crashes (0002 "VM lifecycle" 3-6).
+
+1. The pool must have cached its ISO (`status.iso.path`); else `WaitingForISO`.
+2. Checkpoint: `status.creation` (VM name, a BIOS UUID chosen now, markers,
+   datacenter, folder, ISO, phase `CreateIssued`) and `status.vm.name` are written
+   with `update_status` and the stored object returned by the PUT is checked to hold
+   exactly this record (the read-back). The mutation refuses to overwrite a record
+   or an identity already there, so a stale cache cannot start a second creation.
+3. Create with the recorded name and BIOS UUID (`config.uuid`), the pool's hardware,
+   placement and tags, the cached ISO as CD-ROM, and the markers. The vSphere layer's
+   create is idempotent by name + markers, and removes a half-built VM of ours.
+4. Record BIOS UUID, MAC, instance UUID and moref; clear the record; Ready=True.
+5. With a record present (a restart, or a failed attempt), the VM is looked up by
+   the recorded UUID, then by name in the recorded folder, before anything else:
+   ours and running -> record; ours and unfinished -> converge; absent -> create;
+   someone else's -> `VMNameConflict`, nothing touched (`vm_decide.resume`).
+
+Failures keep the record (with `attempts` counted) and are retried with the queue's
+backoff; every failure sets Ready=False with the reason and a Warning event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from agentforge import vsphere
+from agentforge.api.conditions import VsphereAgentReason
+from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
+from agentforge.kube.controller import Result
+from agentforge.kube.events import EventType
+from agentforge.reconcilers import naming, pool_specs, vm_decide
+from agentforge.reconcilers.deps import CredentialsError
+from agentforge.reconcilers.event_reasons import VmEvent
+from agentforge.reconcilers.vm_context import (
+    Edit,
+    JsonObj,
+    VmContext,
+    creation_edit,
+    identity_edit,
+    is_checkpointed,
+)
+
+__all__ = ["ensure_created", "vm_name"]
+
+R = VsphereAgentReason
+
+
+def vm_name(ctx: VmContext) -> str:
+    """The recorded name, else the annotation, else the deterministic name (0002 "Names")."""
+    name, _ = vm_decide.recorded_identity(ctx.agent)
+    if name:
+        return name
+    assert ctx.pool is not None
+    return naming.vm_name(
+        name_prefix=ctx.pool.effective_name_prefix(),
+        namespace=ctx.agent.metadata.namespace,
+        vsphere_agent=ctx.agent.metadata.name,
+    )
+
+
+async def ensure_created(ctx: VmContext) -> Result | None:
+    agent, pool = ctx.agent, ctx.pool
+    assert pool is not None
+    record = agent.status.creation
+    if record is None and agent.status.vm is not None and agent.status.vm.bios_uuid:
+        if ctx.shows_ready(ok=True, reason=R.VM_READY):
+            return None  # steady state: no call to vSphere, no write
+        await ctx.ready(
+            ok=True,
+            reason=R.VM_READY,
+            message=f"VM {agent.status.vm.name} exists (BIOS UUID {agent.status.vm.bios_uuid})",
+        )
+        return None
+    if record is None and not pool.status.iso.path:
+        await ctx.ready(
+            ok=False,
+            reason=R.WAITING_FOR_ISO,
+            message=(
+                f"waiting for VsphereAgentPool {pool.metadata.namespace}/{pool.metadata.name} "
+                "to cache the discovery ISO (status.iso.path); see its ISOReady condition"
+            ),
+        )
+        return None
+    try:
+        hardware = pool_specs.hardware(pool)
+        service = await ctx.service()
+    except (pool_specs.UnsupportedSpec, CredentialsError) as exc:
+        await _failed(ctx, f"cannot create the VM: {exc}")
+        return Result(requeue=isinstance(exc, CredentialsError))
+    if record is None:
+        record = _new_record(ctx)
+        stored = await ctx.write(
+            _checkpoint(record),
+            ctx.ready_edit(
+                ok=False,
+                reason=R.VM_CREATING,
+                message=f"creating VM {record.vm_name} (BIOS UUID {record.bios_uuid})",
+            ),
+        )
+        if not is_checkpointed(stored, record):
+            return Result(requeue_after=1.0)  # the cache was behind: decide again on fresh data
+        await ctx.event(
+            EventType.NORMAL,
+            VmEvent.VM_CREATING,
+            f"creating VM {record.vm_name} in folder {record.folder} of datacenter "
+            f"{record.datacenter} with BIOS UUID {record.bios_uuid}",
+        )
+        plan = vm_decide.Resume(vm_decide.ResumeStep.CREATE)
+    else:
+        try:
+            plan = await _look_up(service, ctx, record)
+        except vsphere.VsphereError as exc:
+            await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
+            return Result(requeue=True)
+    if plan.step is vm_decide.ResumeStep.CONFLICT:
+        return await _conflict(ctx, record, plan.vm)
+    vm = plan.vm
+    if plan.step is not vm_decide.ResumeStep.RECORD:
+        request = vsphere.VmRequest(
+            name=record.vm_name,
+            placement=_placement(ctx, record),
+            hardware=hardware,
+            iso_file=record.iso_path or pool_specs.iso_backing(pool, pool.status.iso.path or ""),
+            markers=vm_decide.record_markers(record),
+            tag_ids=tuple(pool.spec.vsphere.vm_tags),
+            bios_uuid=record.bios_uuid,
+        )
+        try:
+            vm = await service.create_vm(request=request)
+        except vsphere.AlreadyExists:
+            return await _conflict(ctx, record, None)
+        except vsphere.VsphereError as exc:
+            await _failed(ctx, f"creating VM {record.vm_name} failed: {exc}", record=record)
+            return Result(requeue=True)
+    assert vm is not None
+    await ctx.write(
+        identity_edit(name=vm.name, vm=vm),
+        creation_edit(None),
+        ctx.ready_edit(
+            ok=True,
+            reason=R.VM_READY,
+            message=f"VM {vm.name} created (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac})",
+        ),
+    )
+    await ctx.event(
+        EventType.NORMAL,
+        VmEvent.VM_CREATED,
+        f"VM {vm.name} is running (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac})",
+    )
+    return None
+
+
+def _new_record(ctx: VmContext) -> CreationRecord:
+    pool = ctx.pool
+    assert pool is not None
+    assert pool.status.iso.path
+    return CreationRecord(
+        vm_name=vm_name(ctx),
+        bios_uuid=str(uuid.uuid4()),
+        ownership=Ownership(
+            pool_namespace=pool.metadata.namespace,
+            pool_name=pool.metadata.name,
+            pool_uid=pool.metadata.uid,
+            vsphere_agent=ctx.agent.metadata.name,
+        ),
+        datacenter=pool.spec.vsphere.datacenter,
+        folder=pool.effective_folder(),
+        iso_path=pool_specs.iso_backing(pool, pool.status.iso.path),
+        phase=CreationPhase.CREATE_ISSUED,
+        started_at=ctx.now,
+    )
+
+
+def _checkpoint(record: CreationRecord) -> Edit:
+    base = creation_edit(record)
+
+    def edit(obj: JsonObj) -> None:
+        status = obj["status"]
+        if status.get("creation") or (status.get("vm") or {}).get("biosUUID"):
+            return  # recorded by an earlier run: never overwrite; the read-back tells
+        base(obj)
+
+    return edit
+
+
+def _placement(ctx: VmContext, record: CreationRecord) -> vsphere.Placement:
+    assert ctx.pool is not None
+    return dataclasses.replace(
+        pool_specs.placement(ctx.pool), datacenter=record.datacenter, folder=record.folder
+    )
+
+
+async def _look_up(
+    service: vsphere.VsphereService, ctx: VmContext, record: CreationRecord
+) -> vm_decide.Resume:
+    by_uuid = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
+    by_name = None
+    if by_uuid is None:
+        by_name = await service.vm_by_name(placement=_placement(ctx, record), name=record.vm_name)
+    return vm_decide.resume(record, by_uuid=by_uuid, by_name=by_name)
+
+
+async def _conflict(ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None) -> Result:
+    who = f"VM {vm.name} (BIOS UUID {vm.bios_uuid})" if vm else f"an object named {record.vm_name}"
+    message = (
+        f"{who} in folder {record.folder} is not ours (other or no ownership markers); it is "
+        f"left alone: rename or remove it, or set annotation vm-name on {ctx.where} "
+        "before it creates its VM"
+    )
+    await ctx.ready(ok=False, reason=R.VM_NAME_CONFLICT, message=message)
+    await ctx.event(EventType.WARNING, VmEvent.VM_NAME_CONFLICT, message)
+    return Result(requeue=True)
+
+
+async def _failed(ctx: VmContext, message: str, *, record: CreationRecord | None = None) -> None:
+    edits = [ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
+    if record is not None:
+        edits.append(creation_edit(record.model_copy(update={"attempts": record.attempts + 1})))
+    await ctx.write(*edits)
+    await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)

@@ -1,0 +1,172 @@
+"""The `vm` controller's decisions, pure: given what status recorded and what vSphere
+reports, what may be done to a VM.
+
+The rules (docs/design/0002, "VM lifecycle"):
+
+* a VM is **ours** when its ownership markers equal the expected ones exactly; an
+  **unmarked** VM counts as ours only when its BIOS UUID *and* name equal what status
+  recorded (an adopted VM, or one the Go operator made); anything else is not ours
+  and nothing destructive or overwriting happens to it;
+* after a restart with a creation record, the VM is looked up by the recorded BIOS
+  UUID first, then by name in the recorded folder; ours and running -> record it,
+  ours but not finished (powered off) -> finish it through the idempotent create,
+  absent -> create, anything else -> a name conflict, left alone;
+* an adopted VM is stamped only when its name and BIOS UUID match the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agentforge import vsphere
+from agentforge.api import identity, names
+from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
+from agentforge.vsphere import markers as vmarkers
+
+__all__ = [
+    "AdoptStep",
+    "Adoption",
+    "Ownership",
+    "Resume",
+    "ResumeStep",
+    "adoption",
+    "ownership",
+    "record_markers",
+    "recorded_identity",
+    "resume",
+]
+
+
+class Ownership(StrEnum):
+    OURS = "ours"
+    UNMARKED_MATCH = "unmarked, BIOS UUID and name match the record"
+    NOT_OURS = "not ours"
+
+
+def ownership(
+    vm: vsphere.VmFacts,
+    *,
+    expected: vsphere.OwnershipMarkers,
+    recorded_uuid: str | None,
+    recorded_name: str | None,
+) -> Ownership:
+    verdict = vmarkers.verdict(found=vm.markers, expected=expected)
+    if verdict is vsphere.Verdict.OURS:
+        return Ownership.OURS
+    if (
+        verdict is vsphere.Verdict.UNMARKED
+        and recorded_uuid
+        and recorded_name
+        and vm.bios_uuid == identity.normalize_uuid(recorded_uuid)
+        and vm.name == recorded_name
+    ):
+        return Ownership.UNMARKED_MATCH
+    return Ownership.NOT_OURS
+
+
+def record_markers(record: CreationRecord) -> vsphere.OwnershipMarkers:
+    o = record.ownership
+    return vsphere.OwnershipMarkers(
+        pool_namespace=o.pool_namespace,
+        pool_name=o.pool_name,
+        pool_uid=o.pool_uid,
+        vsphere_agent=o.vsphere_agent,
+    )
+
+
+class ResumeStep(StrEnum):
+    CREATE = "create"
+    """No VM by UUID or name: create it (same name, same BIOS UUID)."""
+    FINISH = "finish"
+    """Our VM exists but may be unfinished: run the idempotent create to converge it."""
+    RECORD = "record"
+    """Our VM exists and runs: record its identity, call nothing."""
+    CONFLICT = "conflict"
+    """A VM holds our UUID or name but is not ours: leave it alone and report."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    step: ResumeStep
+    vm: vsphere.VmFacts | None = None
+
+
+def resume(
+    record: CreationRecord, *, by_uuid: vsphere.VmFacts | None, by_name: vsphere.VmFacts | None
+) -> Resume:
+    expected = record_markers(record)
+    if by_uuid is not None:
+        if vmarkers.verdict(found=by_uuid.markers, expected=expected) is not vsphere.Verdict.OURS:
+            return Resume(ResumeStep.CONFLICT, by_uuid)
+        if by_uuid.name == record.vm_name and by_uuid.power_state is not vsphere.PowerState.ON:
+            return Resume(ResumeStep.FINISH, by_uuid)
+        return Resume(ResumeStep.RECORD, by_uuid)
+    if by_name is not None:
+        if vmarkers.verdict(found=by_name.markers, expected=expected) is vsphere.Verdict.OURS:
+            return Resume(ResumeStep.FINISH, by_name)
+        return Resume(ResumeStep.CONFLICT, by_name)
+    return Resume(ResumeStep.CREATE)
+
+
+def recorded_identity(agent: VsphereAgent) -> tuple[str | None, str | None]:
+    """(VM name, BIOS UUID) as status recorded them (creation record, vm, annotation)."""
+    record = agent.status.creation
+    vm = agent.status.vm
+    name = (
+        (record.vm_name if record else None)
+        or (vm.name if vm and vm.name else None)
+        or agent.metadata.annotations.get(names.ANNOTATION_VM_NAME)
+        or None
+    )
+    uuid = (vm.bios_uuid if vm and vm.bios_uuid else None) or (record.bios_uuid if record else None)
+    return name, identity.normalize_uuid(uuid) if uuid else None
+
+
+class AdoptStep(StrEnum):
+    UNAVAILABLE = "unavailable"
+    """No VM matches the name (and UUID): nothing is created, the user is told."""
+    MISMATCH = "mismatch"
+    """The VM carries another owner's markers: left alone."""
+    STAMP = "stamp"
+    """Unmarked, name and UUID match the record: write our markers."""
+    ADOPTED = "adopted"
+    """Already ours: record it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    step: AdoptStep
+    message: str
+
+
+def adoption(
+    vm: vsphere.VmFacts | None,
+    *,
+    name: str,
+    bios_uuid: str | None,
+    expected: vsphere.OwnershipMarkers,
+) -> Adoption:
+    """What to do with the VM found for an adopted VsphereAgent's record."""
+    wanted = f"VM {name}" + (f" (BIOS UUID {bios_uuid})" if bios_uuid else "")
+    if vm is None:
+        return Adoption(AdoptStep.UNAVAILABLE, f"{wanted} not found")
+    if vm.name != name:
+        return Adoption(
+            AdoptStep.UNAVAILABLE,
+            f"the VM with BIOS UUID {vm.bios_uuid} is named {vm.name}, not {name}",
+        )
+    if bios_uuid and vm.bios_uuid != identity.normalize_uuid(bios_uuid):
+        return Adoption(
+            AdoptStep.UNAVAILABLE, f"VM {name} has BIOS UUID {vm.bios_uuid}, not {bios_uuid}"
+        )
+    verdict = vmarkers.verdict(found=vm.markers, expected=expected)
+    if verdict is vsphere.Verdict.OURS:
+        return Adoption(AdoptStep.ADOPTED, f"{wanted} carries our ownership markers")
+    if verdict is vsphere.Verdict.UNMARKED:
+        return Adoption(AdoptStep.STAMP, f"{wanted} is unmarked; stamping ownership markers")
+    return Adoption(
+        AdoptStep.MISMATCH,
+        f"{wanted} carries another owner's markers ({vmarkers.parse(vm.markers) or 'partial'}); "
+        "it is left alone",
+    )

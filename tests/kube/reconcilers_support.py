@@ -1,0 +1,244 @@
+"""The `scaleup` and `pool` controllers running in-process against the real control plane.
+
+`running_operator` builds what the app builds (trimmed informers over the pool and
+control-plane namespaces, an event recorder, `Deps`) for an identity of its own, so
+the fault proxy counts the controllers' requests apart from the test's set-up.
+Neither controller ever calls vSphere, so `Deps.vsphere` is an unused, never
+logged-in `SessionRegistry` and `Deps.credentials` a stand-in that refuses.
+Nobody runs the `vm` controller here: a test plays its part (recording a VM's
+identity, removing its finalizer) by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from agentforge import vsphere
+from agentforge.api import kinds, names
+from agentforge.api import trim as api_trim
+from agentforge.kube import client as kube_client
+from agentforge.kube import config as kube_config
+from agentforge.kube import trim as kube_trim
+from agentforge.kube.controller import Controller
+from agentforge.kube.events import EventRecorder
+from agentforge.kube.informer import Informer
+from agentforge.reconcilers import pool, scaleup
+from agentforge.reconcilers.deps import CredentialsError, Deps
+from sim.controlplane.controlplane import ControlPlane
+
+IDENTITY = "agent-forge-it"
+KINDS = (
+    kinds.VSPHERE_AGENT_POOL,
+    kinds.VSPHERE_AGENT,
+    kinds.AGENT,
+    kinds.AGENT_MACHINE,
+    kinds.MACHINE,
+    kinds.INFRA_ENV,
+)
+T = TypeVar("T")
+JsonObj = dict[str, Any]
+
+
+class NoCredentials:
+    """The controllers under test never reach vSphere; any attempt is a test failure."""
+
+    async def get(self, *, namespace: str, name: str) -> vsphere.Credentials:
+        raise CredentialsError(f"no vSphere in this test (asked for {namespace}/{name})")
+
+
+@dataclass
+class Clock:
+    """Wall clock plus an offset a test can move forward."""
+
+    offset: timedelta = field(default_factory=timedelta)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
+@dataclass
+class Operator:
+    deps: Deps
+    clock: Clock
+    controllers: list[Controller]
+
+
+@contextlib.asynccontextmanager
+async def running_operator(
+    controlplane: ControlPlane, *, namespaces: list[str]
+) -> AsyncIterator[Operator]:
+    kubeconfig = controlplane.user_kubeconfig(IDENTITY, ["system:masters"])
+    cfg = await kube_config.load_config(kubeconfig=kubeconfig, environ={})
+    retry = kube_client.RetryPolicy(attempts=6, initial_backoff=0.02, max_backoff=0.5)
+    registry = vsphere.SessionRegistry()
+    async with kube_client.KubeClient(config=cfg, retry=retry) as client:
+        informers = {
+            kind: Informer(
+                client=client,
+                kind=kind,
+                namespaces=namespaces,
+                transform=kube_trim.chain(api_trim.BY_KIND[kind], kube_trim.compact),
+            )
+            for kind in KINDS
+        }
+        clock = Clock()
+        deps = Deps(
+            client=client,
+            informers=informers,
+            events=EventRecorder(client=client, component="agent-forge-it"),
+            vsphere=registry,
+            credentials=NoCredentials(),
+            now=clock.now,
+        )
+        controllers = [scaleup.controller(deps), pool.controller(deps)]
+        async with contextlib.AsyncExitStack() as stack:
+            for informer in informers.values():
+                await stack.enter_async_context(informer)
+            runs = [asyncio.create_task(c.run(), name=f"it-{c.name}") for c in controllers]
+            try:
+                # Workers exist before the test body starts (the task hygiene check
+                # counts tasks created during the body).
+                await until("the controllers' caches to sync", _started(controllers))
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                yield Operator(deps=deps, clock=clock, controllers=controllers)
+            finally:
+                for ctrl in controllers:
+                    await ctrl.stop()
+                await asyncio.gather(*runs, return_exceptions=True)
+    await registry.close()
+
+
+def _started(controllers: list[Controller]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return all(c.started for c in controllers)
+
+    return check
+
+
+async def until(what: str, check: Callable[[], Awaitable[T | None]], *, within: float = 30.0) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    last: T | None = None
+    while True:
+        last = await check()
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+# --- objects -----------------------------------------------------------------------------
+
+POOL = "workers"
+NODE_POOL = "workers"
+INFRA_ENV = "demo"
+CLUSTER = "demo"
+LABELS = {"customer": "acme"}
+
+
+def pool_obj(ns: str, cpns: str, *, name: str = POOL, cleanup: str = "Delete") -> JsonObj:
+    return {
+        "apiVersion": kinds.VSPHERE_AGENT_POOL.api_version,
+        "kind": "VsphereAgentPool",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "hostedClusterRef": {"name": CLUSTER},
+            "nodePoolRef": {"name": NODE_POOL},
+            "infraEnvRef": {"name": INFRA_ENV},
+            "controlPlaneNamespace": cpns,
+            "vsphere": {
+                "credentialsSecretRef": {"name": "vsphere"},
+                "datastoreCluster": "dsc1",
+                "isoDatastore": "iso-ds",
+                "resourcePool": "cluster/Resources",
+                "network": "VM Network",
+            },
+            "template": {},
+            "agent": {"labels": dict(LABELS)},
+            "cleanupPolicy": cleanup,
+        },
+    }
+
+
+def infra_env_obj(ns: str) -> JsonObj:
+    return {
+        "apiVersion": kinds.INFRA_ENV.api_version,
+        "kind": "InfraEnv",
+        "metadata": {"name": INFRA_ENV, "namespace": ns},
+        "spec": {"pullSecretRef": {"name": "pull-secret"}},
+    }
+
+
+def agent_machine_obj(cpns: str, pool_ns: str, name: str) -> JsonObj:
+    return {
+        "apiVersion": kinds.AGENT_MACHINE.api_version,
+        "kind": "AgentMachine",
+        "metadata": {
+            "name": name,
+            "namespace": cpns,
+            "annotations": {names.ANNOTATION_NODEPOOL: f"{pool_ns}/{NODE_POOL}"},
+        },
+        "spec": {"agentLabelSelector": {"matchLabels": dict(LABELS)}},
+    }
+
+
+def machine_obj(cpns: str, pool_ns: str, name: str, *, infra: str) -> JsonObj:
+    return {
+        "apiVersion": kinds.MACHINE.api_version,
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": cpns,
+            "annotations": {names.ANNOTATION_NODEPOOL: f"{pool_ns}/{NODE_POOL}"},
+            "finalizers": ["test.agent-forge/hold"],
+        },
+        "spec": {
+            "clusterName": CLUSTER,
+            "bootstrap": {"dataSecretName": "bootstrap"},
+            "infrastructureRef": {
+                "apiVersion": kinds.AGENT_MACHINE.api_version,
+                "kind": "AgentMachine",
+                "name": infra,
+            },
+        },
+    }
+
+
+def serial(bios_uuid: str) -> str:
+    hex32 = bios_uuid.replace("-", "")
+    pairs = [hex32[i : i + 2] for i in range(0, 32, 2)]
+    return "VMware-" + " ".join(pairs[:8]) + "-" + " ".join(pairs[8:])
+
+
+def agent_obj(ns: str, name: str) -> JsonObj:
+    return {
+        "apiVersion": kinds.AGENT.api_version,
+        "kind": "Agent",
+        "metadata": {"name": name, "namespace": ns, "labels": {names.LABEL_INFRAENV: INFRA_ENV}},
+        "spec": {"approved": False, "role": ""},
+    }
+
+
+def agent_inventory(bios_uuid: str, hostname: str = "localhost") -> JsonObj:
+    return {
+        "inventory": {
+            "hostname": hostname,
+            "interfaces": [
+                {
+                    "macAddress": "00:50:56:aa:bb:01",
+                    "flags": [],
+                    "ipV4Addresses": [],
+                    "ipV6Addresses": [],
+                }
+            ],
+            "systemVendor": {"serialNumber": serial(bios_uuid), "manufacturer": "VMware, Inc."},
+        }
+    }

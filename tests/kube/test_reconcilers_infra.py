@@ -1,0 +1,352 @@
+"""The infra controller against the real control plane and vcsim: VsphereReady and the ISO cache."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentforge import vsphere
+from agentforge.api import kinds, names
+from agentforge.kube import client
+from sim.vcsim.control import VcsimControl
+from sim.vcsim.launcher import Vcsim
+from tests.kube.reconcilers_world import MUTATING, World, install_current_crds, world_for
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
+
+POOL = kinds.VSPHERE_AGENT_POOL
+
+
+@pytest.fixture(scope="module")
+def current_crds(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    install_current_crds(controlplane, tmp_path_factory.mktemp("crds"))
+
+
+@pytest.fixture
+async def world(
+    current_crds: None, kube: client.KubeClient, namespace: str, vcsim: Vcsim
+) -> AsyncIterator[World]:
+    async with world_for(kube=kube, namespace=namespace, vcsim=vcsim) as built:
+        yield built
+
+
+async def ready_pool(world: World, **spec: Any) -> dict[str, Any]:
+    await world.create_secret()
+    await world.create_infra_env()
+    await world.create_pool(**spec)
+    return await world.condition(POOL, "pool", "ISOReady", status="True", reason="ISOCached")
+
+
+async def force_refresh(world: World, token: str) -> None:
+    await world.kube.patch_merge(
+        POOL,
+        namespace=world.namespace,
+        name="pool",
+        patch={"metadata": {"annotations": {names.ANNOTATION_FORCE_ISO_REFRESH: token}}},
+    )
+
+
+async def iso_token_processed(world: World, token: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        pool = await world.get(POOL, "pool")
+        iso = ((pool or {}).get("status") or {}).get("iso") or {}
+        return pool if iso.get("forceRefreshToken") == token else None
+
+    return await world.wait_for(f"force-refresh token {token} processed", check)  # type: ignore[no-any-return]
+
+
+def methods(counters: dict[str, Any], *wanted: str) -> dict[str, int]:
+    found = counters.get("methods", {})
+    return {m: found[m] for m in wanted if found.get(m)}
+
+
+async def test_the_iso_is_uploaded_content_addressed_and_vsphere_ready_is_reported(
+    world: World,
+) -> None:
+    async with world.run(vm_controller=False):
+        pool = await ready_pool(world)
+    iso = pool["status"]["iso"]
+    expected = f"{world.prefix}/{world.iso.sha256}.iso"
+    assert iso["path"] == expected
+    assert iso["sha256"] == world.iso.sha256
+    assert iso["sizeBytes"] == len(world.iso.body)
+    assert iso["url"].endswith("/images/discovery.iso")  # no query: it carries a key
+    assert "it-secret" not in str(pool["status"])
+    assert iso["validators"]["etag"] == world.iso.etag
+    assert [h["path"] for h in iso["history"]] == [expected]
+    assert await world.iso_files() == [expected]
+    ready = {c["type"]: c for c in pool["status"]["conditions"]}["VsphereReady"]
+    assert (ready["status"], ready["reason"]) == ("True", "VsphereConnected")
+    assert world.vcsim.password not in str(pool)
+
+
+async def test_an_unchanged_iso_is_rechecked_at_the_interval_without_downloading(
+    world: World,
+) -> None:
+    async with world.run(vm_controller=False):
+        pool = await ready_pool(world, iso={"checkInterval": "1s"})
+        first_check = pool["status"]["iso"]["checkedAt"]
+        served = world.iso.served
+
+        async def rechecked() -> bool:
+            fresh = await world.get(POOL, "pool")
+            return bool(fresh and fresh["status"]["iso"]["checkedAt"] > first_check)
+
+        await world.wait_for("a re-check after checkInterval", rechecked, deadline=15)
+    assert world.iso.served == served  # 304: zero bytes
+    assert await world.iso_files() == [f"{world.prefix}/{world.iso.sha256}.iso"]
+
+
+async def test_a_changed_iso_gets_a_new_file_and_the_old_is_pruned_only_once_unused(
+    world: World,
+) -> None:
+    async with world.run(vm_controller=False):
+        pool = await ready_pool(world, iso={"retainVersions": 1})
+        old_path = pool["status"]["iso"]["path"]
+        # A VM in the pool's folder holds the old ISO (as one created for the pool would).
+        holder = await world.service.create_vm(
+            request=vsphere.VmRequest(
+                name="holder",
+                placement=world.placement,
+                hardware=vsphere.Hardware(cpus=1, memory_mib=512, disk_gib=1),
+                iso_file=f"[iso-ds] {old_path}",
+                markers=vsphere.OwnershipMarkers(
+                    pool_namespace=world.namespace,
+                    pool_name="pool",
+                    pool_uid=pool["metadata"]["uid"],
+                    vsphere_agent="someone",
+                ),
+                power_on=False,
+            )
+        )
+        world.iso.change()
+        await force_refresh(world, "t1")
+        pool = await iso_token_processed(world, "t1")
+        new_path = pool["status"]["iso"]["path"]
+        assert new_path == f"{world.prefix}/{world.iso.sha256}.iso" != old_path
+        assert await world.iso_files() == sorted([old_path, new_path])  # old one is attached
+        assert [h["path"] for h in pool["status"]["iso"]["history"]] == [new_path, old_path]
+
+        assert holder.bios_uuid is not None
+        await world.service.delete_vm(
+            datacenter="dc1",
+            bios_uuid=holder.bios_uuid,
+            markers=vsphere.OwnershipMarkers(
+                pool_namespace=world.namespace,
+                pool_name="pool",
+                pool_uid=pool["metadata"]["uid"],
+                vsphere_agent="someone",
+            ),
+        )
+        await force_refresh(world, "t2")
+        pool = await iso_token_processed(world, "t2")
+    assert await world.iso_files() == [new_path]
+    assert [h["path"] for h in pool["status"]["iso"]["history"]] == [new_path]
+    assert await world.events("ISOPruned")
+
+
+async def test_a_file_attached_to_a_known_vm_outside_the_folder_is_never_pruned(
+    world: World,
+) -> None:
+    async with world.run(vm_controller=False):
+        pool = await ready_pool(world, iso={"retainVersions": 1})
+        old_path = pool["status"]["iso"]["path"]
+        elsewhere = await world.service.create_vm(
+            request=vsphere.VmRequest(
+                name="moved",
+                placement=dataclasses.replace(
+                    world.placement, folder=f"af-it-moved/{world.namespace}"
+                ),
+                hardware=vsphere.Hardware(cpus=1, memory_mib=512, disk_gib=1),
+                iso_file=f"[iso-ds] {old_path}",
+                markers=vsphere.OwnershipMarkers(
+                    pool_namespace=world.namespace,
+                    pool_name="pool",
+                    pool_uid=pool["metadata"]["uid"],
+                    vsphere_agent="moved",
+                ),
+                power_on=False,
+            )
+        )
+        # A VsphereAgent of the pool recorded that VM (e.g. it was moved by an admin).
+        await world.create_vsphere_agent("moved")
+
+        def record(obj: dict[str, Any]) -> dict[str, Any]:
+            obj.setdefault("status", {})["vm"] = {
+                "name": elsewhere.name,
+                "biosUUID": elsewhere.bios_uuid,
+            }
+            return obj
+
+        await world.kube.update_status(
+            kinds.VSPHERE_AGENT, namespace=world.namespace, name="moved", mutate=record
+        )
+        await world.wait_for(
+            "the informer to see the recorded VM",
+            _cached_uuid(world, "moved", elsewhere.bios_uuid),
+        )
+        world.iso.change()
+        await force_refresh(world, "t1")
+        pool = await iso_token_processed(world, "t1")
+    assert old_path in await world.iso_files()
+    assert old_path in [h["path"] for h in pool["status"]["iso"]["history"]]
+
+
+def _cached_uuid(world: World, name: str, uuid: str | None) -> Any:
+    async def check() -> bool:
+        cached = world.informers[kinds.VSPHERE_AGENT].get(namespace=world.namespace, name=name)
+        return bool(
+            cached and ((cached.get("status") or {}).get("vm") or {}).get("biosUUID") == uuid
+        )
+
+    return check
+
+
+async def test_steady_state_costs_no_vsphere_call_until_the_generation_changes(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    async with world.run(vm_controller=False) as (infra_ctrl,):
+        await ready_pool(world)
+        await vcsim_control.reset_counters()
+        for _ in range(3):
+            infra_ctrl.enqueue(f"{world.namespace}/pool")  # type: ignore[arg-type]
+        await world.kube.patch_merge(
+            POOL, namespace=world.namespace, name="pool", patch={"metadata": {"labels": {"x": "1"}}}
+        )
+        await world.wait_for("the queue to drain", _drained(infra_ctrl), deadline=10)
+        quiet = await vcsim_control.counters()
+        assert quiet.get("methods", {}) == {}
+        assert quiet.get("http", {}) == {}
+        await world.kube.patch_merge(
+            POOL,
+            namespace=world.namespace,
+            name="pool",
+            patch={"spec": {"template": {"numCPUs": 3}}},
+        )
+
+        async def preflight_ran() -> bool:
+            counted = await vcsim_control.counters()
+            return bool(counted.get("methods", {}))
+
+        await world.wait_for("a preflight after the generation changed", preflight_ran)
+    counted = await vcsim_control.counters()
+    assert methods(counted, *MUTATING) == {}
+
+
+def _drained(ctrl: Any) -> Any:
+    async def check() -> bool:
+        await asyncio.sleep(0.3)  # let informer events reach the queue first
+        return len(ctrl.queue) == 0 and not ctrl.queue.processing
+
+    return check
+
+
+# --- bad input: a condition, a Warning event, nothing changed in vSphere -------------------
+
+
+async def assert_nothing_changed(vcsim_control: VcsimControl) -> None:
+    counted = await vcsim_control.counters()
+    assert methods(counted, *MUTATING) == {}
+    assert not any(k.startswith("PUT") for k in counted.get("http", {}))
+
+
+async def test_a_missing_infra_env_is_reported_and_nothing_is_done(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    await world.create_secret()
+    await world.create_pool()
+    async with world.run(vm_controller=False):
+        pool = await world.condition(
+            POOL, "pool", "ISOReady", status="False", reason="WaitingForInfraEnv"
+        )
+        await world.wait_for("a Warning event", lambda: world.events("InfraEnvNotFound"))
+    message = {c["type"]: c for c in pool["status"]["conditions"]}["ISOReady"]["message"]
+    assert f"InfraEnv {world.namespace}/infra not found" in message
+    assert "spec.infraEnvRef.name" in message
+    assert not (pool["status"].get("iso") or {}).get("path")
+    await assert_nothing_changed(vcsim_control)
+
+
+async def test_an_infra_env_without_iso_url_is_reported_and_nothing_is_done(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    await world.create_secret()
+    await world.create_infra_env(url="")
+    await world.create_pool()
+    async with world.run(vm_controller=False):
+        await world.condition(POOL, "pool", "ISOReady", status="False", reason="WaitingForInfraEnv")
+        events = await world.wait_for("a Warning event", lambda: world.events("ISOURLMissing"))
+    assert events[0]["type"] == "Warning"
+    assert "status.isoDownloadURL" in events[0]["message"]
+    await assert_nothing_changed(vcsim_control)
+
+
+async def test_an_iso_url_answering_404_is_reported_and_nothing_is_done(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    world.iso.status = 404
+    await world.create_secret()
+    await world.create_infra_env()
+    await world.create_pool()
+    async with world.run(vm_controller=False):
+        pool = await world.condition(
+            POOL, "pool", "ISOReady", status="False", reason="ISOCacheFailed"
+        )
+        events = await world.wait_for("a Warning event", lambda: world.events("ISOCacheFailed"))
+    message = {c["type"]: c for c in pool["status"]["conditions"]}["ISOReady"]["message"]
+    assert "HTTP 404" in message
+    assert f"InfraEnv {world.namespace}/infra" in message
+    assert "it-secret" not in message + events[0]["message"]
+    await assert_nothing_changed(vcsim_control)
+    assert await world.iso_files() == []
+
+
+async def test_a_secret_missing_a_key_is_reported_and_vsphere_is_not_called(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    await world.create_secret(password=None)
+    await world.create_infra_env()
+    await world.create_pool()
+    await vcsim_control.reset_counters()
+    async with world.run(vm_controller=False):
+        pool = await world.condition(
+            POOL, "pool", "VsphereReady", status="False", reason="CredentialsUnavailable"
+        )
+        events = await world.wait_for(
+            "a Warning event", lambda: world.events("CredentialsUnavailable")
+        )
+        message = {c["type"]: c for c in pool["status"]["conditions"]}["VsphereReady"]["message"]
+        assert f"Secret {world.namespace}/vc-creds has no key 'password'" in message
+        assert events[0]["type"] == "Warning"
+        counted = await vcsim_control.counters()
+        assert counted.get("methods", {}) == {}
+        assert counted.get("logins", 0) == 0
+        # Fixing the Secret is noticed by watch: the pool becomes ready without a poll.
+        await world.kube.patch_merge(
+            kinds.SECRET,
+            namespace=world.namespace,
+            name="vc-creds",
+            patch={"stringData": {"password": world.vcsim.password}},
+        )
+        await world.condition(POOL, "pool", "VsphereReady", status="True")
+        await world.condition(POOL, "pool", "ISOReady", status="True")
+
+
+async def test_wrong_placement_names_every_problem_and_changes_nothing(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    await world.create_secret()
+    await world.create_infra_env()
+    await world.create_pool(vsphere={"network": "no-such-net", "datastoreCluster": "no-dsc"})
+    async with world.run(vm_controller=False):
+        pool = await world.condition(
+            POOL, "pool", "VsphereReady", status="False", reason="VsphereUnavailable"
+        )
+    message = {c["type"]: c for c in pool["status"]["conditions"]}["VsphereReady"]["message"]
+    assert "no-such-net" in message
+    assert "no-dsc" in message
+    await assert_nothing_changed(vcsim_control)

@@ -1,0 +1,149 @@
+"""Pool status against the real control plane: counts, conditions, quiet steady state, time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+from agentforge.api import kinds
+from agentforge.kube import client as kube_client
+from sim.controlplane.control import ProxyControl
+from sim.controlplane.controlplane import ControlPlane
+from sim.controlplane.pytest_plugin import namespace_name
+from tests.kube.reconcilers_support import IDENTITY, Operator, running_operator, until
+from tests.kube.test_reconcilers_pool import UUID, World, _pool_with
+
+WRITES = ("create", "update", "patch", "delete", "get", "list")
+
+
+@pytest.fixture
+async def world(
+    controlplane: ControlPlane,
+    kube: kube_client.KubeClient,
+    namespace: str,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[World]:
+    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
+    async with running_operator(controlplane, namespaces=[namespace, cpns]) as op:
+        yield World(kube=kube, ns=namespace, cpns=cpns, op=op)
+
+
+def _reconciles(controller: str) -> float:
+    return sum(
+        REGISTRY.get_sample_value(
+            "agent_forge_reconcile_total", {"controller": controller, "result": result}
+        )
+        or 0.0
+        for result in ("success", "error", "requeue", "requeue_after")
+    )
+
+
+async def _idle(op: Operator) -> bool:
+    return all(len(c.queue) == 0 and not c.queue.processing for c in op.controllers)
+
+
+async def _condition(world: World, type_: str, status: str) -> dict | None:  # type: ignore[type-arg]
+    conditions = (await world.pool()).get("status", {}).get("conditions", [])
+    found = next((c for c in conditions if c["type"] == type_), None)
+    return found if found is not None and found["status"] == status else None
+
+
+async def test_status_counts_and_conditions_follow_the_world(world: World) -> None:
+    _, vm_name, _ = await world.prepared("am-1")
+    pool = await until(
+        "counts of one waiting AgentMachine and one available Agent",
+        lambda: _pool_with(
+            world,
+            agentMachines=1,
+            waitingAgentMachines=1,
+            unreadyAgentMachines=1,
+            agentMachinesWithoutAgent=1,
+            desiredReplicas=1,
+            matchingAgents=1,
+            availableAgents=1,
+            boundAgents=0,
+        ),
+    )
+    assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
+    by_type = {c["type"]: c for c in pool["status"]["conditions"]}
+    assert (
+        by_type["AgentMachineDemandFound"]["status"],
+        by_type["InfraEnvAvailable"]["status"],
+    ) == (
+        "True",
+        "True",
+    )
+    assert by_type["CapacitySatisfied"]["reason"] == "Provisioning"
+    assert by_type["Ready"]["status"] == "Unknown"  # the infra controller has not reported yet
+
+    # the `infra` controller's part: vSphere answers and the ISO is cached
+    await world.patch(
+        kinds.VSPHERE_AGENT_POOL,
+        "workers",
+        {"status": {"conditions": [
+            *pool["status"]["conditions"],
+            {"type": "VsphereReady", "status": "True", "reason": "VsphereConnected",
+             "message": "ok", "lastTransitionTime": "2026-03-01T00:00:00Z"},
+            {"type": "ISOReady", "status": "True", "reason": "ISOCached",
+             "message": "ok", "lastTransitionTime": "2026-03-01T00:00:00Z"},
+        ]}},
+        status=True,
+    )  # fmt: skip
+    ready = await until("Ready=True", lambda: _condition(world, "Ready", "True"))
+    assert ready["reason"] == "Reconciled"
+    pool = await world.pool()
+    assert [vm["name"] for vm in pool["status"]["ownedVMs"]] == [vm_name]
+
+
+async def test_nothing_is_written_when_nothing_changed(world: World, proxy: ProxyControl) -> None:
+    await world.prepared("am-1")
+    await until("the plan to settle", lambda: _settled(world))
+    await until("the controllers to go idle", lambda: _idle(world.op))
+    await proxy.reset_counts()
+    before = _reconciles("pool")
+    # An Agent change the planner reads (an annotation) but that changes nothing.
+    await world.patch(kinds.AGENT, "agent-1", {"metadata": {"annotations": {"touched": "1"}}})
+
+    async def replanned() -> bool:
+        return _reconciles("pool") > before and await _idle(world.op)
+
+    await until("the pool to be replanned", replanned)
+    rows = await proxy.count_rows(IDENTITY)
+    assert [(r.verb, r.resource) for r in rows if r.verb in WRITES] == []
+
+
+async def _settled(world: World) -> bool:
+    pool = await world.pool()
+    actions = (pool.get("status") or {}).get("plannedActions") or []
+    return [a["type"] for a in actions] == ["Noop"]
+
+
+async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> None:
+    await world.setup_pool()
+    await world.waiting_agent_machine("am-1")
+    first = await until("a VsphereAgent", lambda: world.get(kinds.VSPHERE_AGENT, "am-1"))
+    vm_name = first["metadata"]["annotations"]["agent-forge.containeroo.ch/vm-name"]
+    await world.patch(
+        kinds.VSPHERE_AGENT, "am-1", {"status": {"vm": {"name": vm_name, "biosUUID": UUID}}},
+        status=True,
+    )  # fmt: skip
+    await world.phase_is("am-1", "Provisioning", "VMCreated")
+
+    world.op.clock.offset += timedelta(minutes=31)
+    await world.patch(kinds.AGENT_MACHINE, "am-1", {"metadata": {"annotations": {"tick": "1"}}})
+    await world.phase_is("am-1", "Orphaned", "DiscoveryTimeout")
+
+    world.op.clock.offset += timedelta(minutes=31)
+    await world.patch(kinds.AGENT_MACHINE, "am-1", {"metadata": {"annotations": {"tick": "2"}}})
+
+    async def replaced() -> dict | None:  # type: ignore[type-arg]
+        current = await world.get(kinds.VSPHERE_AGENT, "am-1")
+        if current and current["metadata"]["uid"] != first["metadata"]["uid"]:
+            return current
+        return None
+
+    # Clean-up deletes the orphan; the AgentMachine still waits, so scaleup asks again.
+    await until("the orphan to be replaced by a new VsphereAgent", replaced)

@@ -1,0 +1,230 @@
+"""The ISO cache's pure rules: when to re-check, what status says, what may be pruned."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
+from agentforge.reconcilers import iso_cache
+from agentforge.reconcilers.iso_cache import CheckReason, StoredFile
+from agentforge.vsphere import IsoResult, Validators
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+URL = "https://assisted.example/images/abc?api_key=secret-jwt&version=4.16"
+PREFIX = "agent-forge/ns/pool"
+TEN_MIN = timedelta(minutes=10)
+
+
+def sha(n: int) -> str:
+    return f"{n:064x}"
+
+
+def path(n: int, prefix: str = PREFIX) -> str:
+    return f"{prefix}/{sha(n)}.iso"
+
+
+def entry(n: int, prefix: str = PREFIX) -> ISOHistoryEntry:
+    return ISOHistoryEntry(path=path(n, prefix), sha256=sha(n), size_bytes=10, uploaded_at=NOW)
+
+
+def cached(**changes: object) -> ISOStatus:
+    base = ISOStatus(
+        url=iso_cache.redact_url(URL),
+        url_hash=iso_cache.url_hash(URL),
+        path=path(1),
+        sha256=sha(1),
+        size_bytes=10,
+        checked_at=NOW - timedelta(minutes=1),
+        uploaded_at=NOW - timedelta(hours=1),
+        force_refresh_token="t1",
+        validators=ISOSourceValidators(etag='"v1"', content_length=10),
+        history=[entry(1)],
+    )
+    return base.model_copy(update=changes)
+
+
+def due(status: ISOStatus, **kw: object) -> CheckReason | None:
+    args: dict[str, object] = {
+        "url": URL,
+        "prefix": PREFIX,
+        "token": "t1",
+        "interval": TEN_MIN,
+        "now": NOW,
+    }
+    args.update(kw)
+    return iso_cache.check_due(status, **args)  # type: ignore[arg-type]
+
+
+# --- when to check -----------------------------------------------------------------------
+
+
+def test_a_fresh_cache_is_not_checked_before_the_interval_ends() -> None:
+    status = cached()
+    assert due(status) is None
+    assert iso_cache.next_check_at(status, interval=TEN_MIN) == NOW + timedelta(minutes=9)
+
+
+def test_no_path_yet_means_check_now() -> None:
+    assert due(ISOStatus()) is CheckReason.NO_PATH
+
+
+def test_a_changed_query_counts_as_a_changed_url() -> None:
+    assert due(cached(), url=URL.replace("4.16", "4.17")) is CheckReason.URL_CHANGED
+
+
+def test_a_changed_prefix_means_check_now() -> None:
+    assert due(cached(), prefix="elsewhere/pool") is CheckReason.PREFIX_CHANGED
+
+
+def test_a_new_force_token_means_check_now_and_the_same_token_does_not() -> None:
+    assert due(cached(), token="t2") is CheckReason.FORCE_REFRESH
+    assert due(cached(), token="t1") is None
+    assert due(cached(), token=None) is None
+
+
+def test_the_check_is_due_exactly_when_the_interval_passed() -> None:
+    status = cached(checked_at=NOW - TEN_MIN)
+    assert due(status) is CheckReason.INTERVAL_PASSED
+    assert due(status, now=NOW - timedelta(seconds=1)) is None
+
+
+def test_the_stored_url_carries_no_query_or_user_info() -> None:
+    assert iso_cache.redact_url("https://u:p@h.example:8443/i.iso?api_key=x#f") == (
+        "https://h.example:8443/i.iso"
+    )
+
+
+# --- revalidation and status --------------------------------------------------------------
+
+
+def test_revalidation_uses_stored_validators_only_for_the_same_url() -> None:
+    record = iso_cache.previous_record(cached(), url=URL)
+    assert record is not None
+    assert record.sha256 == sha(1)
+    assert record.validators == Validators(etag='"v1"', content_length=10)
+    assert iso_cache.previous_record(cached(), url=URL + "&x=1") is None
+    assert iso_cache.previous_record(ISOStatus(), url=URL) is None
+
+
+def result(n: int, *, reused: bool) -> IsoResult:
+    return IsoResult(
+        sha256=sha(n),
+        size=20,
+        path=path(n),
+        backing=f"[iso-ds] {path(n)}",
+        validators=Validators(etag=f'"v{n}"', content_length=20),
+        bytes_downloaded=0 if reused else 20,
+        reused=reused,
+    )
+
+
+def test_an_unchanged_iso_keeps_its_upload_time_and_moves_the_check_time() -> None:
+    before = cached()
+    after = iso_cache.updated_status(
+        before, result=result(1, reused=True), url=URL, token="t1", now=NOW
+    )
+    assert after.checked_at == NOW
+    assert after.uploaded_at == before.uploaded_at
+    assert [e.path for e in after.history] == [path(1)]
+
+
+def test_a_new_iso_goes_first_in_history_and_records_its_validators() -> None:
+    after = iso_cache.updated_status(
+        cached(history=[entry(1), entry(0)]),
+        result=result(2, reused=False),
+        url=URL,
+        token="t2",
+        now=NOW,
+    )
+    assert after.path == path(2)
+    assert after.uploaded_at == NOW
+    assert after.force_refresh_token == "t2"
+    assert after.validators == ISOSourceValidators(etag='"v2"', content_length=20)
+    assert [e.path for e in after.history] == [path(2), path(1), path(0)]
+
+
+def test_a_previous_iso_missing_from_history_is_added_so_it_can_be_pruned() -> None:
+    after = iso_cache.updated_status(
+        cached(history=[]), result=result(2, reused=False), url=URL, token=None, now=NOW
+    )
+    assert [e.path for e in after.history] == [path(2), path(1)]
+
+
+# --- pruning ------------------------------------------------------------------------------
+
+
+def old(n: int, prefix: str = PREFIX) -> StoredFile:
+    return StoredFile(path=path(n, prefix), size=10, modified=NOW - timedelta(days=1))
+
+
+def plan(**kw: object) -> iso_cache.PrunePlan:
+    args: dict[str, object] = {
+        "history": [entry(3), entry(2), entry(1)],
+        "retain": 2,
+        "prefix": PREFIX,
+        "files": [old(1), old(2), old(3)],
+        "in_use": (),
+        "kept_elsewhere": (),
+        "now": NOW,
+    }
+    args.update(kw)
+    return iso_cache.plan_prune(**args)  # type: ignore[arg-type]
+
+
+def test_files_beyond_retention_are_pruned_and_the_retained_kept() -> None:
+    result = plan()
+    assert result.delete == (path(1),)
+    assert [e.path for e in result.history] == [path(3), path(2)]
+
+
+def test_the_current_iso_is_kept_even_with_one_retained_version() -> None:
+    result = plan(retain=1)
+    assert set(result.delete) == {path(1), path(2)}
+    assert [e.path for e in result.history] == [path(3)]
+
+
+def test_a_file_a_vm_still_holds_is_never_pruned_and_stays_in_history() -> None:
+    result = plan(retain=1, in_use={path(1)})
+    assert result.delete == (path(2),)
+    assert result.in_use == (path(1),)
+    assert [e.path for e in result.history] == [path(3), path(1)]
+
+
+def test_history_alone_does_not_decide_an_unlisted_file_still_attached_is_kept() -> None:
+    result = plan(history=[entry(3)], retain=1, files=[old(3), old(7)], in_use={path(7)})
+    assert result.delete == ()
+    assert [e.path for e in result.history] == [path(3), path(7)]
+
+
+def test_an_old_orphan_file_under_the_prefix_is_pruned() -> None:
+    result = plan(history=[entry(3)], retain=1, files=[old(3), old(7)])
+    assert result.delete == (path(7),)
+
+
+def test_a_young_orphan_may_be_another_pools_fresh_upload_and_is_kept() -> None:
+    young = StoredFile(path=path(7), size=10, modified=NOW - timedelta(minutes=5))
+    result = plan(history=[entry(3)], retain=1, files=[old(3), young])
+    assert result.delete == ()
+
+
+def test_files_another_pool_sharing_the_folder_names_are_kept() -> None:
+    result = plan(kept_elsewhere={path(1)})
+    assert result.delete == ()
+
+
+def test_only_content_addressed_files_directly_under_the_prefix_are_candidates() -> None:
+    files = [
+        old(3),
+        StoredFile(path=f"{PREFIX}/.upload-1234.iso", modified=NOW - timedelta(days=1)),
+        StoredFile(path=f"{PREFIX}/manual.iso", modified=NOW - timedelta(days=1)),
+        old(8, prefix=f"{PREFIX}/nested-pool"),
+    ]
+    result = plan(history=[entry(3)], retain=1, files=files)
+    assert result.delete == ()
+
+
+def test_backing_paths_are_compared_on_the_same_datastore_only() -> None:
+    backing = f"[iso-ds] {path(1)}"
+    assert iso_cache.relative_path(backing, datastore="iso-ds") == path(1)
+    assert iso_cache.relative_path(backing, datastore="ds1") is None
+    assert iso_cache.relative_path("not a backing", datastore="iso-ds") is None

@@ -1,0 +1,180 @@
+"""Clean-up: only under Delete, never of a VM whose Agent is bound, after the grace periods."""
+
+from __future__ import annotations
+
+from agentforge.api import names
+from agentforge.api.pool import PlannedActionType
+from agentforge.reconcilers.planner import ORPHAN_GRACE
+from tests.unit.reconcilers.planner_support import (
+    World,
+    agent_machine_obj,
+    agent_obj,
+    ago,
+    machine_obj,
+    uuid,
+    vsphere_agent_obj,
+)
+
+
+def released(world: World, name: str = "am-1", *, agent: str = "a1", bound: bool = False) -> World:
+    """A VM whose Machine was deleted (scale-down finished) and whose Agent is unbound."""
+    return world.add(
+        vsphere_agent_obj(
+            name,
+            bios_uuid=uuid(1),
+            phase="Released",
+            reason="MachineDeleting",
+            agent_ref=agent,
+            machine_ref="machine-1",
+        ),
+        agent_obj(agent, bios_uuid=uuid(1), bound_to="am-1" if bound else None),
+    )
+
+
+def deleted(world: World) -> dict[str, str | None]:
+    return {d.vsphere_agent: d.agent for d in world.plan().deletions}
+
+
+def test_a_released_vm_whose_machine_is_gone_is_deleted_with_its_agent() -> None:
+    world = released(World())
+    plan = world.plan()
+    assert {d.vsphere_agent: d.agent for d in plan.deletions} == {"am-1": "a1"}
+    assert [(a.type, a.name) for a in plan.actions] == [
+        (PlannedActionType.DELETE_VM, "vm-am-1"),
+        (PlannedActionType.DELETE_AGENT, "a1"),
+    ]
+
+
+def test_retain_never_deletes_anything() -> None:
+    world = released(World(cleanupPolicy="Retain"))
+    world.add(vsphere_agent_obj("orphan", phase="Orphaned", reason="AgentMissing",
+                                transition=ago(hours=5)))  # fmt: skip
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert plan.vms[0].phase.value in ("Bound", "Released")
+    assert plan.deferrals == ()
+
+
+def test_a_released_vm_whose_agent_is_still_assigned_to_a_cluster_is_kept() -> None:
+    world = World().add(
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Released", reason="MachineDeleted",
+            agent_ref="a1", machine_ref="machine-1",
+        ),
+        agent_obj("a1", bios_uuid=uuid(1), cluster="demo"),
+    )  # fmt: skip
+    plan = world.plan()
+    # a clusterDeploymentName still set: bound, so the VM stays (phase Bound, not deletable)
+    assert plan.deletions == ()
+
+
+def test_an_orphan_whose_agent_returns_bound_is_bound_not_deleted() -> None:
+    world = World().add(
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Orphaned", reason="AgentMissing",
+            transition=ago(hours=1),
+        ),
+        agent_obj("a1", bios_uuid=uuid(1), bound_to="am-9"),
+    )  # fmt: skip
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert plan.vms[0].phase.value == "Bound"
+
+
+def test_a_machine_still_deleting_keeps_the_vm() -> None:
+    world = World().add(
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Bound", agent_ref="a1", machine_ref="machine-1"
+        ),
+        agent_obj("a1", bios_uuid=uuid(1)),
+        machine_obj("machine-1", infra="am-1", deleting=True),
+    )
+    plan = world.plan()
+    assert plan.vms[0].reason.value == "MachineDeleting"
+    assert plan.deletions == ()
+
+
+def test_an_orphan_is_deleted_only_after_its_grace_period() -> None:
+    world = World().add(
+        vsphere_agent_obj(
+            "am-1", phase="Orphaned", reason="AgentMissing", transition=ago(minutes=10)
+        )
+    )
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert plan.wake_at == ago(minutes=10) + ORPHAN_GRACE
+    world.now = ago(minutes=10) + ORPHAN_GRACE
+    assert deleted(world) == {"am-1": None}
+
+
+def test_orphans_are_cleaned_up_even_while_agent_machines_wait() -> None:
+    world = World().add(
+        vsphere_agent_obj("am-1", phase="Orphaned", reason="DiscoveryTimeout",
+                          transition=ago(hours=1)),
+        agent_machine_obj("am-1", waiting=True),
+    )  # fmt: skip
+    assert deleted(world) == {"am-1": None}
+
+
+def test_a_surplus_available_vm_whose_agent_machine_is_gone_is_deleted_when_demand_is_quiet() -> (
+    None
+):
+    world = World().add(
+        vsphere_agent_obj("am-gone", bios_uuid=uuid(1)),
+        agent_obj("a1", bios_uuid=uuid(1)),
+        agent_machine_obj("am-2", waiting=False, ready=True, agent="a2"),
+    )
+    assert deleted(world) == {"am-gone": "a1"}
+
+
+def test_no_surplus_is_deleted_while_an_agent_machine_waits_or_lacks_an_agent() -> None:
+    for am in (
+        agent_machine_obj("am-2", waiting=True),
+        agent_machine_obj("am-2", waiting=False, ready=False),
+    ):
+        world = World().add(
+            vsphere_agent_obj("am-gone", bios_uuid=uuid(1)), agent_obj("a1", bios_uuid=uuid(1)), am
+        )
+        assert deleted(world) == {}, am
+
+
+def test_an_available_vm_whose_agent_machine_exists_is_not_surplus() -> None:
+    world = World().add(
+        vsphere_agent_obj("am-1", bios_uuid=uuid(1)),
+        agent_obj("a1", bios_uuid=uuid(1)),
+        agent_machine_obj("am-1", waiting=False, ready=True, agent="x"),
+    )
+    assert deleted(world) == {}
+
+
+def test_adopted_vms_are_never_surplus() -> None:
+    world = World().add(
+        vsphere_agent_obj(
+            "adopt", bios_uuid=uuid(1), agent_machine=None,
+            created_for=names.CreatedFor.ADOPTED.value,
+        ),
+        agent_obj("a1", bios_uuid=uuid(1)),
+    )  # fmt: skip
+    assert deleted(world) == {}
+
+
+def test_cleanup_pauses_while_agent_machines_match_several_pools() -> None:
+    world = released(World())
+    world.competing = ["other-pool"]
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert [d.vm for d in plan.deferrals] == ["vm-am-1"]
+    assert plan.actions[-1].type is PlannedActionType.NOOP
+
+
+def test_a_machine_deleted_record_is_kept_while_its_agent_is_bound() -> None:
+    world = World().add(
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Released", reason="MachineDeleted",
+            agent_ref="a1", machine_ref="machine-1",
+        ),
+        agent_obj("a1", bios_uuid=uuid(1), bound_to="am-1"),
+        machine_obj("machine-1", infra="am-1", deleting=True),
+    )  # fmt: skip
+    plan = world.plan()
+    assert plan.deletions == ()

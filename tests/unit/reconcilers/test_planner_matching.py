@@ -1,0 +1,170 @@
+"""Agent <-> VM matching: each rule, its conflicts, and claims across pools."""
+
+from __future__ import annotations
+
+from agentforge.api import names
+from agentforge.reconcilers import matching
+from agentforge.reconcilers.snapshot import Claim, agent_facts, vsphere_agent_facts
+from tests.unit.reconcilers.planner_support import (
+    POOL,
+    World,
+    agent_obj,
+    by_vm,
+    mac,
+    uuid,
+    vsphere_agent_obj,
+)
+
+
+def matched(world: World) -> dict[str, str | None]:
+    return {
+        name: record.agent.name if record.agent else None
+        for name, record in by_vm(world.plan()).items()
+    }
+
+
+def rules(vas: list[dict], agents: list[dict]) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
+    found = matching.match([vsphere_agent_facts(v) for v in vas], [agent_facts(a) for a in agents])
+    return {vm: (m.agent.name, m.rule.value) for vm, m in found.items()}
+
+
+def test_bios_uuid_from_the_agent_serial_matches() -> None:
+    found = rules([vsphere_agent_obj("va", bios_uuid=uuid(1))], [agent_obj("a", bios_uuid=uuid(1))])
+    assert found == {"va": ("a", "BIOSUUID")}
+
+
+def test_mac_matches_when_no_bios_uuid_is_known() -> None:
+    found = rules(
+        [vsphere_agent_obj("va", mac_address=mac(7))],
+        [agent_obj("a", macs=["00:11:22:33:44:55", mac(7).upper()])],
+    )
+    assert found == {"va": ("a", "MAC")}
+
+
+def test_hostname_equal_to_the_vm_name_matches_without_identities() -> None:
+    found = rules([vsphere_agent_obj("va", vm_name="vm-x")], [agent_obj("a", hostname="vm-x")])
+    assert found == {"va": ("a", "Hostname")}
+
+
+def test_hostname_never_matches_when_identities_conflict() -> None:
+    found = rules(
+        [vsphere_agent_obj("va", vm_name="vm-x", bios_uuid=uuid(1))],
+        [agent_obj("a", hostname="vm-x", bios_uuid=uuid(2))],
+    )
+    assert found == {}
+
+
+def test_the_previous_agent_ref_matches_when_nothing_else_does() -> None:
+    found = rules(
+        [vsphere_agent_obj("va", agent_ref="a", phase="Available")], [agent_obj("a", hostname="h")]
+    )
+    assert found == {"va": ("a", "AgentRef")}
+
+
+def test_the_previous_agent_ref_is_dropped_when_identities_conflict() -> None:
+    found = rules(
+        [vsphere_agent_obj("va", agent_ref="a", mac_address=mac(1), phase="Available")],
+        [agent_obj("a", macs=[mac(2)])],
+    )
+    assert found == {}
+
+
+def test_a_stronger_rule_wins_over_a_weaker_one_regardless_of_order() -> None:
+    # Agent "a" carries the hostname of VM "va-1" but the BIOS UUID of VM "va-2".
+    found = rules(
+        [
+            vsphere_agent_obj("va-1", vm_name="vm-1"),
+            vsphere_agent_obj("va-2", vm_name="vm-2", bios_uuid=uuid(2)),
+        ],
+        [agent_obj("a", hostname="vm-1", bios_uuid=uuid(2))],
+    )
+    assert found == {"va-2": ("a", "BIOSUUID")}
+
+
+def test_each_agent_matches_at_most_one_vm() -> None:
+    found = rules(
+        [
+            vsphere_agent_obj("va-1", mac_address=mac(1)),
+            vsphere_agent_obj("va-2", mac_address=mac(1)),
+        ],
+        [agent_obj("a", macs=[mac(1)])],
+    )
+    assert list(found.values()) == [("a", "MAC")]
+
+
+def test_of_two_agents_with_one_identity_the_live_one_wins() -> None:
+    found = rules(
+        [vsphere_agent_obj("va", bios_uuid=uuid(1))],
+        [
+            agent_obj("a-old", bios_uuid=uuid(1), deleting=True),
+            agent_obj("b-new", bios_uuid=uuid(1)),
+        ],
+    )
+    assert found == {"va": ("b-new", "BIOSUUID")}
+
+
+def test_an_agent_claimed_by_another_pools_vsphere_agent_is_never_matched() -> None:
+    world = World().add(
+        vsphere_agent_obj("va", bios_uuid=uuid(1)), agent_obj("a", bios_uuid=uuid(1))
+    )
+    world.claims = [Claim("other", "their-va", "their-vm", None, None, "a")]
+    assert matched(world) == {"va": None}
+
+
+def test_claims_by_identity_and_by_hostname_exclude_the_agent_too() -> None:
+    for claim in (
+        Claim("other", "x", "vm-x", uuid(1), None, None),
+        Claim("other", "x", "vm-x", None, mac(1), None),
+        Claim("other", "x", "host-a", None, None, None),
+    ):
+        world = World().add(
+            vsphere_agent_obj("va", bios_uuid=uuid(1)),
+            agent_obj("a", bios_uuid=uuid(1), macs=[mac(1)], hostname="host-a"),
+        )
+        world.claims = [claim]
+        assert matched(world) == {"va": None}, claim
+
+
+def test_a_hostname_claim_with_a_conflicting_identity_does_not_exclude() -> None:
+    world = World().add(
+        vsphere_agent_obj("va", bios_uuid=uuid(1)),
+        agent_obj("a", bios_uuid=uuid(1), hostname="host-a"),
+    )
+    world.claims = [Claim("other", "x", "host-a", uuid(9), None, None)]
+    assert matched(world) == {"va": "a"}
+
+
+def test_an_agent_bound_to_another_hosted_cluster_is_never_matched() -> None:
+    world = World().add(
+        vsphere_agent_obj("va", bios_uuid=uuid(1)),
+        agent_obj("a", bios_uuid=uuid(1), cluster="another-cluster"),
+    )
+    assert matched(world) == {"va": None}
+
+
+def test_an_agent_prepared_by_another_pool_is_never_matched() -> None:
+    world = World().add(
+        vsphere_agent_obj("va", bios_uuid=uuid(1)),
+        agent_obj("a", bios_uuid=uuid(1), labels={names.LABEL_NODEPOOL: "other-nodepool"}),
+    )
+    assert matched(world) == {"va": None}
+
+
+def test_agents_of_deleting_vsphere_agents_stay_reserved() -> None:
+    world = World().add(
+        vsphere_agent_obj("va-old", bios_uuid=uuid(1), deleting=True),
+        vsphere_agent_obj("va-new", vm_name="host-a"),
+        agent_obj("a", bios_uuid=uuid(1), hostname="host-a"),
+    )
+    assert matched(world) == {"va-new": None}
+    assert world.plan().counts.matching_agents == 0
+
+
+def test_claims_index_prefers_a_stable_claimant() -> None:
+    a = Claim("p-b", "x", "vm", uuid(1), None, "agent")
+    b = Claim("p-a", "y", "vm", uuid(1), None, "agent")
+    world = World()
+    world.claims = [a, b]
+    claimant = world.snapshot().claims.claimant(agent_facts(agent_obj("agent")))
+    assert claimant == b
+    assert POOL not in (a.pool, b.pool)

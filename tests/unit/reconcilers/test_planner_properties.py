@@ -1,0 +1,159 @@
+"""Properties of the planner over random worlds (hypothesis)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentforge.api import names
+from agentforge.reconcilers.snapshot import Claim, agent_facts
+from tests.unit.reconcilers.planner_support import (
+    World,
+    agent_machine_obj,
+    agent_obj,
+    ago,
+    mac,
+    machine_obj,
+    uuid,
+    vsphere_agent_obj,
+)
+
+PHASES = [None, "Provisioning", "Available", "Bound", "Released", "Orphaned"]
+REASONS = [None, "AgentMissing", "DiscoveryTimeout", "MachineDeleting", "MachineDeleted"]
+identity = st.one_of(st.none(), st.integers(0, 5))
+
+
+@st.composite
+def vsphere_agents(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    n_uuid, n_mac = draw(identity), draw(identity)
+    return vsphere_agent_obj(
+        f"am-{index}",
+        vm_name=f"vm-{draw(st.integers(0, 6))}" if draw(st.booleans()) else None,
+        bios_uuid=uuid(n_uuid) if n_uuid is not None else None,
+        mac_address=mac(n_mac) if n_mac is not None else None,
+        phase=draw(st.sampled_from(PHASES)),
+        reason=draw(st.sampled_from(REASONS)),
+        agent_ref=draw(st.sampled_from([None, "a-0", "a-1", "a-2"])),
+        machine_ref=draw(st.sampled_from([None, "m-0", "m-1"])),
+        transition=ago(minutes=draw(st.integers(0, 120))),
+        created=ago(minutes=draw(st.integers(0, 120))),
+        ready_since=ago(minutes=draw(st.integers(0, 120))) if draw(st.booleans()) else None,
+        deleting=draw(st.booleans()) and draw(st.booleans()),
+        created_for=draw(st.sampled_from(["agent-machine", "agent-machine", "adopted"])),
+    )
+
+
+@st.composite
+def agents(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    n_uuid, n_mac = draw(identity), draw(identity)
+    labels = draw(
+        st.sampled_from(
+            [
+                {},
+                {"customer": "acme"},
+                {names.LABEL_NODEPOOL: "other"},
+                {names.LABEL_NODEPOOL: "workers"},
+            ]
+        )
+    )
+    return agent_obj(
+        f"a-{index}",
+        bios_uuid=uuid(n_uuid) if n_uuid is not None else None,
+        macs=[mac(n_mac)] if n_mac is not None else [],
+        hostname=draw(st.sampled_from(["", "vm-0", "vm-1", "vm-am-0", "vm-am-1"])),
+        bound_to=draw(st.sampled_from([None, None, "am-0", "am-1"])),
+        cluster=draw(st.sampled_from([None, None, "other-cluster"])),
+        labels=labels,
+        approved=draw(st.booleans()),
+        role=draw(st.sampled_from(["", "worker"])),
+        deleting=draw(st.booleans()) and draw(st.booleans()),
+    )
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    world = World(cleanupPolicy=draw(st.sampled_from(["Delete", "Retain"])))
+    for i in range(draw(st.integers(0, 6))):
+        world.add(draw(vsphere_agents(i)))
+    for i in range(draw(st.integers(0, 6))):
+        world.add(draw(agents(i)))
+    for i in range(draw(st.integers(0, 3))):
+        state = draw(st.sampled_from(["waiting", "ready", "unready"]))
+        world.add(
+            agent_machine_obj(
+                f"am-{i}",
+                waiting=state == "waiting",
+                ready=state == "ready",
+                agent="a-0" if state == "ready" else None,
+                deleting=draw(st.booleans()) and draw(st.booleans()),
+            )
+        )
+    for i in range(draw(st.integers(0, 2))):
+        world.add(machine_obj(f"m-{i}", infra=f"am-{i}", deleting=draw(st.booleans())))
+    if draw(st.booleans()):
+        world.claims = [Claim("other", "x", "vm-1", uuid(draw(st.integers(0, 5))), None, "a-2")]
+    if draw(st.booleans()) and draw(st.booleans()):
+        world.competing = ["twin"]
+    world.now = world.now + timedelta(minutes=draw(st.integers(0, 60)))
+    return world
+
+
+FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(worlds())
+def test_a_vm_whose_agent_is_bound_is_never_deleted(world: World) -> None:
+    plan = world.plan()
+    records = {r.vsphere_agent: r for r in plan.vms}
+    for deletion in plan.deletions:
+        record = records[deletion.vsphere_agent]
+        if record.agent is not None:
+            assert not agent_facts(world.agents[record.agent.name]).bound
+
+
+@FAST
+@given(worlds())
+def test_retain_and_ambiguous_pools_never_delete(world: World) -> None:
+    plan = world.plan()
+    if world.pool["spec"].get("cleanupPolicy") == "Retain" or world.competing:
+        assert plan.deletions == ()
+
+
+@FAST
+@given(worlds())
+def test_each_agent_backs_at_most_one_vm_and_excluded_agents_none(world: World) -> None:
+    snapshot = world.snapshot()
+    plan = world.plan()
+    used = [r.agent.name for r in plan.vms if r.agent is not None]
+    assert len(used) == len(set(used))
+    for name in used + [p.agent for p in plan.patches]:
+        facts = agent_facts(world.agents[name])
+        assert snapshot.claims.claimant(facts) is None
+        assert facts.cluster_deployment in (None, "demo")
+        assert facts.labels.get(names.LABEL_NODEPOOL) in (None, "workers")
+
+
+@FAST
+@given(worlds())
+def test_applying_a_plan_yields_an_empty_plan(world: World) -> None:
+    first = world.plan()
+    world.apply(first)
+    second = world.plan()
+    assert second.patches == ()
+    assert second.deletions == ()
+    assert [r for r in second.vms if r.changed] == []
+
+
+@FAST
+@given(worlds())
+def test_the_plan_does_not_depend_on_input_order(world: World) -> None:
+    forward = world.plan()
+    for bucket in (world.agents, world.vsphere_agents, world.agent_machines):
+        items = list(bucket.items())
+        bucket.clear()
+        bucket.update(reversed(items))
+    assert world.plan() == forward

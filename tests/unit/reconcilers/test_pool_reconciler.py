@@ -1,0 +1,235 @@
+"""The `pool` reconciler over a fake API server and real (unstarted) informer caches."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from agentforge.api import kinds, names
+from agentforge.kube import errors
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers import pool
+from agentforge.reconcilers.planner import ORPHAN_GRACE
+from tests.unit.reconcilers.controller_support import Harness, harness
+from tests.unit.reconcilers.planner_support import (
+    CPNS,
+    NS,
+    POOL,
+    agent_machine_obj,
+    agent_obj,
+    ago,
+    infra_env_obj,
+    machine_obj,
+    pool_obj,
+    uuid,
+    vsphere_agent_obj,
+)
+
+KEY = ObjectKey(f"{NS}/{POOL}")
+
+
+def world(**pool_spec: object) -> Harness:
+    return harness(
+        pool_obj(**pool_spec),
+        infra_env_obj(),
+        agent_machine_obj("am-1"),
+        machine_obj("am-1"),
+        vsphere_agent_obj("am-1", vm_name="vm-1", bios_uuid=uuid(1), created=ago(minutes=5)),
+        agent_obj("a1", bios_uuid=uuid(1)),
+    )
+
+
+async def reconcile(h: Harness) -> object:
+    return await pool.PoolReconciler(h.deps).reconcile(KEY)
+
+
+def status(h: Harness) -> dict:  # type: ignore[type-arg]
+    found = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
+    assert found is not None
+    return found.get("status") or {}
+
+
+async def test_a_pool_gets_its_finalizer_first() -> None:
+    h = world(finalizers=[])
+    await reconcile(h)
+    first = h.api.calls[0]
+    assert (first.verb, first.kind) == ("patch", "VsphereAgentPool")
+    assert first.body["metadata"]["finalizers"] == [names.FINALIZER_POOL]
+    assert first.body["metadata"]["resourceVersion"]
+
+
+async def test_a_plan_is_applied_and_the_status_written_once() -> None:
+    h = world()
+    await reconcile(h)
+    assert h.api.verbs() == [
+        ("patch", "Agent", "a1"),
+        ("get", "VsphereAgent", "am-1"),
+        ("update-status", "VsphereAgent", "am-1"),
+        ("get", "VsphereAgentPool", POOL),
+        ("update-status", "VsphereAgentPool", POOL),
+    ]
+    agent = h.api.find(kinds.AGENT, NS, "a1")
+    assert agent is not None
+    assert agent["spec"]["hostname"] == "vm-1"
+    va = h.api.find(kinds.VSPHERE_AGENT, NS, "am-1")
+    assert va is not None
+    assert va["status"]["vm"]["phase"] == "Available"
+    written = status(h)
+    assert written["agentMachines"] == 1
+    assert written["matchingAgents"] == 1
+    assert [vm["phase"] for vm in written["ownedVMs"]] == ["Available"]
+    assert written["ownedVMs"][0]["source"] == "VsphereAgent"
+    assert written["observedGeneration"] == 1
+    assert {c["type"] for c in written["conditions"]} >= {
+        "Ready",
+        "AgentMachineDemandFound",
+        "InfraEnvAvailable",
+        "CapacitySatisfied",
+    }
+    assert "AgentsPrepared" in h.events.reasons()
+    assert "Planned" in h.events.reasons()
+
+
+async def test_steady_state_costs_no_request_and_no_event() -> None:
+    h = world()
+    await reconcile(h)  # prepares the Agent
+    h.sync()
+    await reconcile(h)  # records the resulting no-op plan
+    h.sync()
+    h.api.calls.clear()
+    h.events.events.clear()
+    assert await reconcile(h) is None
+    assert h.api.calls == []
+    assert h.events.events == []
+
+
+async def test_the_infra_controllers_conditions_are_kept_and_feed_ready() -> None:
+    h = world()
+    found = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
+    assert found is not None
+    found["status"] = {
+        "conditions": [
+            {"type": t, "status": "True", "reason": "OK", "message": "",
+             "lastTransitionTime": "2026-03-01T00:00:00Z"}
+            for t in ("VsphereReady", "ISOReady")
+        ],
+        "iso": {"path": "[iso-ds] x.iso"},
+    }  # fmt: skip
+    h.sync()
+    await reconcile(h)
+    written = status(h)
+    by_type = {c["type"]: c for c in written["conditions"]}
+    assert by_type["Ready"]["status"] == "True"
+    assert by_type["VsphereReady"]["reason"] == "OK"
+    assert written["iso"] == {"path": "[iso-ds] x.iso"}
+
+
+async def test_a_failed_step_is_reported_and_retried() -> None:
+    h = world()
+    h.api.faults[("patch", "Agent")] = errors.Forbidden(
+        status=403, reason="Forbidden", message="agents is forbidden"
+    )
+    result = await reconcile(h)
+    assert getattr(result, "requeue", False) is True
+    ready = next(c for c in status(h)["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReconcileFailed")
+    assert f"patch Agent {NS}/a1" in ready["message"]
+    assert "config/rbac" in ready["message"]
+    warning = next(e for e in h.events.events if e.reason == "ApplyFailed")
+    assert warning.type == "Warning"
+    assert "a1" in warning.message
+
+
+async def test_cleanup_deletes_the_vsphere_agent_with_a_uid_precondition() -> None:
+    h = harness(
+        pool_obj(),
+        infra_env_obj(),
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Released", reason="MachineDeleted",
+            agent_ref="a1", machine_ref="machine-1",
+        ),
+        agent_obj("a1", bios_uuid=uuid(1)),
+    )  # fmt: skip
+    await reconcile(h)
+    delete = next(c for c in h.api.calls if c.verb == "delete")
+    assert (delete.kind, delete.name, delete.uid) == ("VsphereAgent", "am-1", "uid-va-am-1")
+    assert not any(c.verb == "update-status" and c.kind == "VsphereAgent" for c in h.api.calls)
+    assert status(h)["ownedVMs"] == []
+    assert "CleanupStarted" in h.events.reasons()
+
+
+async def test_retain_deletes_nothing() -> None:
+    h = harness(
+        pool_obj(cleanupPolicy="Retain"),
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Released", reason="MachineDeleted", agent_ref="a1"
+        ),
+        agent_obj("a1", bios_uuid=uuid(1)),
+    )
+    await reconcile(h)
+    assert not any(c.verb == "delete" for c in h.api.calls)
+
+
+async def test_the_next_orphan_deadline_is_the_requeue_delay() -> None:
+    h = harness(
+        pool_obj(),
+        vsphere_agent_obj("am-1", bios_uuid=uuid(1), created=ago(minutes=10)),
+    )
+    result = await reconcile(h)
+    expected = (ORPHAN_GRACE - ago(minutes=0).__sub__(ago(minutes=10))).total_seconds()
+    assert getattr(result, "requeue_after", None) == expected + 1.0
+
+
+async def test_a_deleted_pool_deletes_its_vsphere_agents_then_drops_its_finalizer() -> None:
+    deleting = pool_obj()
+    deleting["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z"
+    va = vsphere_agent_obj("am-1", bios_uuid=uuid(1))
+    va["metadata"]["finalizers"] = [names.FINALIZER_VSPHERE_AGENT]
+    h = harness(deleting, va)
+    await reconcile(h)
+    assert ("delete", "VsphereAgent", "am-1") in h.api.verbs()
+    ready = next(c for c in status(h)["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Deleting")
+    assert h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL) is not None  # finalizer holds it
+
+    found = h.api.find(kinds.VSPHERE_AGENT, NS, "am-1")
+    assert found is not None
+    del h.api.objects[("VsphereAgent", NS, "am-1")]  # the vm controller finished
+    h.sync()
+    await reconcile(h)
+    assert h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL) is None
+    assert "Finalized" in h.events.reasons()
+
+
+async def test_metrics_follow_the_pool_and_vanish_with_it() -> None:
+    h = world()
+    await reconcile(h)
+    labels = {"namespace": NS, "pool": POOL, "state": "agent_machines"}
+    assert REGISTRY.get_sample_value("agent_forge_pool_capacity", labels) == 1.0
+    assert (
+        REGISTRY.get_sample_value(
+            "agent_forge_pool_vm_memory_bytes", {"namespace": NS, "pool": POOL}
+        )
+        == 16384 * 1024**2
+    )
+    del h.api.objects[("VsphereAgentPool", NS, POOL)]
+    h.sync()
+    await reconcile(h)
+    assert REGISTRY.get_sample_value("agent_forge_pool_capacity", labels) is None
+
+
+async def test_an_ambiguous_pool_reports_and_cleans_nothing() -> None:
+    h = harness(
+        pool_obj(),
+        pool_obj(name="twin"),
+        agent_machine_obj("am-1"),
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Released", reason="MachineDeleted", agent_ref="a1"
+        ),
+        agent_obj("a1", bios_uuid=uuid(1)),
+    )
+    await reconcile(h)
+    assert not any(c.verb == "delete" for c in h.api.calls)
+    demand = next(c for c in status(h)["conditions"] if c["type"] == "AgentMachineDemandFound")
+    assert demand["reason"] == "AmbiguousPoolMatch"
+    assert f"{NS}/twin" in demand["message"]
+    assert CPNS in demand["message"]

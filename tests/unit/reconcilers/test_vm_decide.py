@@ -1,0 +1,185 @@
+"""What the vm controller may do to a VM, given its record and what vSphere reports."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from agentforge import vsphere
+from agentforge.api import names, wire
+from agentforge.api.vsphereagent import CreationRecord, Ownership, VsphereAgent
+from agentforge.reconcilers import vm_decide
+from agentforge.reconcilers.vm_decide import AdoptStep, ResumeStep
+
+UUID = "4211aa00-1111-2222-3333-444455556666"
+OTHER_UUID = "4211aa00-9999-2222-3333-444455556666"
+MARKERS = vsphere.OwnershipMarkers(
+    pool_namespace="ns", pool_name="pool", pool_uid="uid-1", vsphere_agent="va-1"
+)
+
+
+def facts(
+    *,
+    name: str = "w-12345678",
+    uuid: str | None = UUID,
+    markers: dict[str, str] | None = None,
+    power: vsphere.PowerState = vsphere.PowerState.ON,
+) -> vsphere.VmFacts:
+    return vsphere.VmFacts(
+        moid="vm-1",
+        name=name,
+        bios_uuid=uuid,
+        instance_uuid=None,
+        primary_mac="00:50:56:00:00:01",
+        macs=("00:50:56:00:00:01",),
+        power_state=power,
+        markers=MARKERS.to_extra_config() if markers is None else markers,
+        cdroms=(),
+        question=None,
+    )
+
+
+def foreign() -> dict[str, str]:
+    other = vsphere.OwnershipMarkers(
+        pool_namespace="ns", pool_name="pool", pool_uid="uid-OLD", vsphere_agent="va-1"
+    )
+    return other.to_extra_config()
+
+
+def record() -> CreationRecord:
+    return CreationRecord(
+        vm_name="w-12345678",
+        bios_uuid=UUID,
+        ownership=Ownership(
+            pool_namespace="ns", pool_name="pool", pool_uid="uid-1", vsphere_agent="va-1"
+        ),
+        datacenter="dc1",
+        folder="f",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+# --- ownership ------------------------------------------------------------------------
+
+
+def test_a_vm_with_our_exact_markers_is_ours() -> None:
+    got = vm_decide.ownership(facts(), expected=MARKERS, recorded_uuid=None, recorded_name=None)
+    assert got is vm_decide.Ownership.OURS
+
+
+def test_markers_of_a_recreated_pool_of_the_same_name_are_not_ours() -> None:
+    got = vm_decide.ownership(
+        facts(markers=foreign()), expected=MARKERS, recorded_uuid=UUID, recorded_name="w-12345678"
+    )
+    assert got is vm_decide.Ownership.NOT_OURS
+
+
+def test_an_unmarked_vm_is_ours_only_when_uuid_and_name_match_the_record() -> None:
+    unmarked = facts(markers={})
+    assert (
+        vm_decide.ownership(
+            unmarked, expected=MARKERS, recorded_uuid=UUID.upper(), recorded_name="w-12345678"
+        )
+        is vm_decide.Ownership.UNMARKED_MATCH
+    )
+    for uuid, name in ((OTHER_UUID, "w-12345678"), (UUID, "other"), (None, "w-12345678")):
+        got = vm_decide.ownership(
+            unmarked, expected=MARKERS, recorded_uuid=uuid, recorded_name=name
+        )
+        assert got is vm_decide.Ownership.NOT_OURS
+
+
+# --- resuming a recorded creation -------------------------------------------------------
+
+
+def test_no_vm_by_uuid_or_name_means_create() -> None:
+    assert vm_decide.resume(record(), by_uuid=None, by_name=None).step is ResumeStep.CREATE
+
+
+def test_our_running_vm_found_by_uuid_is_recorded_without_another_call() -> None:
+    got = vm_decide.resume(record(), by_uuid=facts(), by_name=None)
+    assert got.step is ResumeStep.RECORD
+
+
+def test_our_powered_off_vm_is_finished_through_the_idempotent_create() -> None:
+    got = vm_decide.resume(record(), by_uuid=facts(power=vsphere.PowerState.OFF), by_name=None)
+    assert got.step is ResumeStep.FINISH
+
+
+def test_our_vm_found_only_by_name_is_finished() -> None:
+    got = vm_decide.resume(record(), by_uuid=None, by_name=facts(uuid=OTHER_UUID))
+    assert got.step is ResumeStep.FINISH
+
+
+def test_a_vm_with_our_name_but_other_markers_is_a_conflict_never_touched() -> None:
+    got = vm_decide.resume(record(), by_uuid=None, by_name=facts(markers=foreign()))
+    assert got.step is ResumeStep.CONFLICT
+    got = vm_decide.resume(record(), by_uuid=None, by_name=facts(markers={}))
+    assert got.step is ResumeStep.CONFLICT
+
+
+def test_a_vm_holding_our_uuid_without_our_markers_is_a_conflict() -> None:
+    got = vm_decide.resume(record(), by_uuid=facts(markers={}), by_name=None)
+    assert got.step is ResumeStep.CONFLICT
+
+
+# --- adoption --------------------------------------------------------------------------
+
+
+def test_adopting_a_vm_that_is_not_there_creates_nothing() -> None:
+    got = vm_decide.adoption(None, name="legacy", bios_uuid=None, expected=MARKERS)
+    assert got.step is AdoptStep.UNAVAILABLE
+
+
+def test_an_unmarked_vm_whose_name_and_uuid_match_is_stamped() -> None:
+    got = vm_decide.adoption(
+        facts(name="legacy", markers={}), name="legacy", bios_uuid=UUID, expected=MARKERS
+    )
+    assert got.step is AdoptStep.STAMP
+
+
+def test_a_vm_whose_uuid_or_name_differs_from_the_record_is_not_stamped() -> None:
+    unmarked = facts(name="legacy", markers={})
+    assert (
+        vm_decide.adoption(unmarked, name="legacy", bios_uuid=OTHER_UUID, expected=MARKERS).step
+        is AdoptStep.UNAVAILABLE
+    )
+    assert (
+        vm_decide.adoption(unmarked, name="other", bios_uuid=UUID, expected=MARKERS).step
+        is AdoptStep.UNAVAILABLE
+    )
+
+
+def test_a_vm_with_another_owners_markers_is_left_alone() -> None:
+    got = vm_decide.adoption(
+        facts(name="legacy", markers=foreign()), name="legacy", bios_uuid=None, expected=MARKERS
+    )
+    assert got.step is AdoptStep.MISMATCH
+
+
+def test_a_vm_already_carrying_our_markers_is_adopted_as_is() -> None:
+    got = vm_decide.adoption(facts(name="legacy"), name="legacy", bios_uuid=None, expected=MARKERS)
+    assert got.step is AdoptStep.ADOPTED
+
+
+# --- the recorded identity ---------------------------------------------------------------
+
+
+def agent(status: dict[str, object], annotations: dict[str, str] | None = None) -> VsphereAgent:
+    return VsphereAgent.model_validate(
+        {
+            "metadata": {"name": "va-1", "namespace": "ns", "annotations": annotations or {}},
+            "spec": {"poolRef": {"name": "pool"}},
+            "status": status,
+        }
+    )
+
+
+def test_the_creation_record_names_the_vm_before_status_vm_does() -> None:
+    va = agent({"creation": wire.to_wire(record()), "vm": {"name": "stale"}})
+    assert vm_decide.recorded_identity(va) == ("w-12345678", UUID)
+
+
+def test_the_vm_name_annotation_is_the_last_resort() -> None:
+    va = agent({}, {names.ANNOTATION_VM_NAME: "legacy"})
+    assert vm_decide.recorded_identity(va) == ("legacy", None)
+    assert vm_decide.recorded_identity(agent({})) == (None, None)
