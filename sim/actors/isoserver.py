@@ -1,0 +1,254 @@
+"""The Assisted Installer image service: one generated discovery ISO per InfraEnv.
+
+An aiohttp server on loopback answers `GET /images/<namespace>/<infraenv>/<tag>.iso`
+with the InfraEnv's current image. What it promises, because the operator's ISO
+cache is built on it:
+
+- Images are deterministic bytes (an ISO 9660 volume descriptor at 32 KiB, then
+  pseudo-random data seeded by namespace, InfraEnv and version): the same InfraEnv
+  and version always hash the same, different ones never do, so the sha256 in a
+  CD-ROM's content-addressed file name tells the Assisted Installer which InfraEnv
+  a VM boots.
+- Strong `ETag` (from the sha256), `Last-Modified` (when the version was made),
+  `Content-Length`; `If-None-Match` / `If-Modified-Since` answer 304 with no body.
+- Tests can change an image (`change`), make an InfraEnv's URLs answer an error
+  (`fail`/`heal`) and read what was served (`stats`: requests, full downloads, 304s,
+  errors and body bytes).
+
+The tag in the URL is free: any tag serves the current image (a new URL for a new
+version is the InfraEnv stand-in's choice, as the real image service makes one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from types import TracebackType
+from typing import Self
+
+from aiohttp import web
+
+__all__ = ["DEFAULT_ISO_SIZE", "IsoImage", "IsoServer", "IsoStats", "discovery_iso"]
+
+DEFAULT_ISO_SIZE = 1024 * 1024
+_SECTOR = 2048
+_SYSTEM_AREA = 16 * _SECTOR
+
+
+def discovery_iso(seed: str, size: int = DEFAULT_ISO_SIZE) -> bytes:
+    """Deterministic bytes that look like an ISO 9660 image to `file` and friends."""
+    if size < _SYSTEM_AREA + 3 * _SECTOR:
+        raise ValueError(f"an ISO needs at least {_SYSTEM_AREA + 3 * _SECTOR} bytes")
+    volume_id = ("RHCOS-" + hashlib.sha256(seed.encode()).hexdigest()[:20]).upper()
+    pvd = bytearray(_SECTOR)
+    pvd[0:7] = b"\x01CD001\x01"  # primary volume descriptor, version 1
+    pvd[8:40] = b"LINUX".ljust(32)
+    pvd[40:72] = volume_id.encode().ljust(32)
+    blocks = size // _SECTOR
+    pvd[80:88] = struct.pack("<I", blocks) + struct.pack(">I", blocks)  # both-endian
+    pvd[128:132] = struct.pack("<H", _SECTOR) + struct.pack(">H", _SECTOR)
+    pvd[881] = 1  # file structure version
+    terminator = bytearray(_SECTOR)
+    terminator[0:7] = b"\xffCD001\x01"
+    header = bytes(_SYSTEM_AREA) + bytes(pvd) + bytes(terminator)
+    banner = f"agent-forge simulated discovery image {seed}\n".encode()
+    filler = random.Random(seed).randbytes(size - len(header) - len(banner))
+    return header + banner + filler
+
+
+@dataclass(frozen=True, slots=True)
+class IsoImage:
+    """One version of an InfraEnv's discovery image."""
+
+    namespace: str
+    infraenv: str
+    version: int
+    data: bytes = field(repr=False)
+    sha256: str
+    last_modified: datetime
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256[:32]}"'
+
+    @property
+    def file_name(self) -> str:
+        """The content-addressed name the operator gives it on the datastore."""
+        return f"{self.sha256}.iso"
+
+
+@dataclass(slots=True)
+class IsoStats:
+    """What one InfraEnv's URLs (or all of them) answered."""
+
+    requests: int = 0
+    downloads: int = 0
+    """200 answers to GET, each with the whole image as body."""
+    not_modified: int = 0
+    errors: int = 0
+    bytes_served: int = 0
+
+    def add(self, other: IsoStats) -> None:
+        self.requests += other.requests
+        self.downloads += other.downloads
+        self.not_modified += other.not_modified
+        self.errors += other.errors
+        self.bytes_served += other.bytes_served
+
+
+Key = tuple[str, str]
+
+
+class IsoServer:
+    """The image service; `async with IsoServer() as server:` or `start()`/`stop()`."""
+
+    def __init__(self, *, host: str = "127.0.0.1", size: int = DEFAULT_ISO_SIZE) -> None:
+        self.host = host
+        self.size = size
+        self._images: dict[Key, IsoImage] = {}
+        self._history: dict[str, IsoImage] = {}
+        self._failing: dict[Key, int] = {}
+        self._stats: dict[Key, IsoStats] = {}
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> Self:
+        app = web.Application()
+        app.router.add_get("/images/{namespace}/{infraenv}/{tag}.iso", self._serve)
+        app.router.add_get("/healthz", self._healthz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+        return self
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if not self._port:
+            raise RuntimeError("the ISO server is not started")
+        return f"http://{self.host}:{self._port}"
+
+    # --- images --------------------------------------------------------------------------
+
+    def url(self, namespace: str, infraenv: str, *, tag: str = "discovery") -> str:
+        return f"{self.base_url}/images/{namespace}/{infraenv}/{tag}.iso"
+
+    def publish(self, namespace: str, infraenv: str) -> IsoImage:
+        """The InfraEnv's image, made (version 1) if it has none yet."""
+        return self._images.get((namespace, infraenv)) or self._make(namespace, infraenv, 1)
+
+    def change(self, namespace: str, infraenv: str) -> IsoImage:
+        """A new version with new content (as when the InfraEnv's spec changes)."""
+        current = self._images.get((namespace, infraenv))
+        return self._make(namespace, infraenv, (current.version + 1) if current else 1)
+
+    def image(self, namespace: str, infraenv: str) -> IsoImage | None:
+        return self._images.get((namespace, infraenv))
+
+    def by_sha256(self, sha256: str) -> IsoImage | None:
+        """Any version ever served with this digest (current or not)."""
+        return self._history.get(sha256)
+
+    def current(self) -> dict[str, IsoImage]:
+        """sha256 -> image, for every InfraEnv's current version."""
+        return {image.sha256: image for image in self._images.values()}
+
+    def fail(self, namespace: str, infraenv: str, *, status: int = 404) -> None:
+        """Every URL of the InfraEnv answers `status` until `heal`."""
+        self._failing[(namespace, infraenv)] = status
+
+    def heal(self, namespace: str, infraenv: str) -> None:
+        self._failing.pop((namespace, infraenv), None)
+
+    def stats(self, namespace: str | None = None, infraenv: str | None = None) -> IsoStats:
+        total = IsoStats()
+        for (ns, name), stats in self._stats.items():
+            if namespace in (None, ns) and infraenv in (None, name):
+                total.add(stats)
+        return total
+
+    def _make(self, namespace: str, infraenv: str, version: int) -> IsoImage:
+        data = discovery_iso(f"{namespace}/{infraenv}/v{version}", self.size)
+        image = IsoImage(
+            namespace=namespace,
+            infraenv=infraenv,
+            version=version,
+            data=data,
+            sha256=hashlib.sha256(data).hexdigest(),
+            last_modified=datetime.now(UTC).replace(microsecond=0),
+        )
+        self._images[(namespace, infraenv)] = image
+        self._history[image.sha256] = image
+        return image
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "images": len(self._images)})
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        key = (request.match_info["namespace"], request.match_info["infraenv"])
+        stats = self._stats.setdefault(key, IsoStats())
+        stats.requests += 1
+        image = self._images.get(key)
+        failing = self._failing.get(key)
+        if failing is not None or image is None:
+            stats.errors += 1
+            status = failing or 404
+            return web.Response(status=status, text=f"no discovery image for {key[0]}/{key[1]}\n")
+        headers = {
+            "ETag": image.etag,
+            "Last-Modified": format_datetime(image.last_modified, usegmt=True),
+            "Content-Type": "application/octet-stream",
+            "Accept-Ranges": "none",
+        }
+        if _not_modified(request, image):
+            stats.not_modified += 1
+            return web.Response(status=304, headers=headers)
+        if request.method == "HEAD":  # aiohttp sends the headers of this body, not the body
+            return web.Response(body=image.data, headers=headers)
+        stats.downloads += 1
+        stats.bytes_served += image.size
+        return web.Response(body=image.data, headers=headers)
+
+
+def _not_modified(request: web.Request, image: IsoImage) -> bool:
+    """RFC 9110 13.2.2: If-None-Match decides when present, else If-Modified-Since."""
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match is not None:
+        tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+        return "*" in tags or image.etag in tags
+    if_modified_since = request.headers.get("If-Modified-Since")
+    if if_modified_since:
+        try:
+            since = parsedate_to_datetime(if_modified_since)
+        except (TypeError, ValueError):
+            return False
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        return image.last_modified <= since
+    return False
