@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Go test infrastructure (never the operator) into .build/bin, once.
 #
-#   scripts/build-go-tools.sh controlplane   -> kube-apiserver, etcd
+#   scripts/build-go-tools.sh controlplane   -> kube-apiserver, kubectl, etcd
 #   scripts/build-go-tools.sh vcsim          -> vcsim-af (our simulator launcher), govc
 #
 # Versions are pinned in exactly one place per tool: the go.mod of
@@ -24,12 +24,12 @@ stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 build_controlplane() {
   local mod="$top/sim/controlplane/gobuild"
   local want; want=$(stamp_of "$mod/go.mod" "$mod/go.sum")
-  if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && "$(cat "$bin/.controlplane.stamp" 2>/dev/null)" == "$want" ]]; then
+  if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kubectl" && "$(cat "$bin/.controlplane.stamp" 2>/dev/null)" == "$want" ]]; then
     return 0
   fi
   local kv; kv=$(awk '$1=="k8s.io/kubernetes"{print $2; exit}' "$mod/go.mod")
   local minor; minor=$(echo "$kv" | cut -d. -f2)
-  echo ">>> Building kube-apiserver $kv and etcd from Go modules into .build/bin."
+  echo ">>> Building kube-apiserver $kv, kubectl and etcd from Go modules into .build/bin."
   echo ">>> The first build takes several minutes (10-20 on 2 cores); later builds reuse Go's caches."
   local ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -37,6 +37,7 @@ build_controlplane() {
   done
   local start=$SECONDS
   (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl)
   (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
   echo "$want" > "$bin/.controlplane.stamp"
   echo ">>> control plane binaries built in $((SECONDS - start)) s"

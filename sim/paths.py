@@ -15,6 +15,7 @@ OUR_CRDS_DIR = REPO_ROOT / "config" / "crd"
 _MAKE_TARGET = {
     "kube-apiserver": "controlplane",
     "etcd": "controlplane",
+    "kubectl": "controlplane",
     "vcsim-af": "vcsim",
     "govc": "vcsim",
 }

