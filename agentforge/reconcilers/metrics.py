@@ -5,6 +5,8 @@
 * `agent_forge_pool_vm_cpu_cores`, `agent_forge_pool_vm_memory_bytes`,
   `agent_forge_pool_vm_disk_bytes` `{namespace,pool}`: the hardware of each VM the
   pool creates (`spec.template`), so capacity in VMs converts to cores and bytes.
+* `agent_forge_pool_iso_ejections{namespace,pool,reason}`: the pool's VsphereAgents
+  per ISOEjected reason (`status.isoEjections`), one series per reason.
 
 A deleted pool's series are removed (`forget`), so dashboards never show a pool
 that no longer exists.
@@ -12,11 +14,13 @@ that no longer exists.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
 
 from prometheus_client import Gauge
 
+from agentforge.api.conditions import ISOEjectedReason
 from agentforge.api.pool import TemplateSpec
 from agentforge.reconcilers.demand import Counts
 
@@ -42,6 +46,12 @@ POOL_VM_DISK_BYTES: Final = Gauge(
     "agent_forge_pool_vm_disk_bytes",
     "Primary disk of each VM the pool creates (spec.template.diskGiB), in bytes.",
     ["namespace", "pool"],
+)
+
+POOL_ISO_EJECTIONS: Final = Gauge(
+    "agent_forge_pool_iso_ejections",
+    "VsphereAgents of the pool per reason of their ISOEjected condition.",
+    ["namespace", "pool", "reason"],
 )
 
 
@@ -84,6 +94,14 @@ def record(*, namespace: str, pool: str, counts: Counts, template: TemplateSpec)
     POOL_VM_DISK_BYTES.labels(namespace, pool).set(template.disk_gib * GIB)
 
 
+def record_iso_ejections(
+    *, namespace: str, pool: str, counts: Mapping[ISOEjectedReason, int]
+) -> None:
+    """Set one series per ISOEjected reason (zero for reasons no VsphereAgent reports)."""
+    for reason in ISOEjectedReason:
+        POOL_ISO_EJECTIONS.labels(namespace, pool, reason.value).set(counts.get(reason, 0))
+
+
 def _remove(gauge: Gauge, *labels: str) -> None:
     try:
         gauge.remove(*labels)
@@ -97,3 +115,5 @@ def forget(*, namespace: str, pool: str) -> None:
         _remove(POOL_CAPACITY, namespace, pool, state.value)
     for gauge in (POOL_VM_CPU_CORES, POOL_VM_MEMORY_BYTES, POOL_VM_DISK_BYTES):
         _remove(gauge, namespace, pool)
+    for reason in ISOEjectedReason:
+        _remove(POOL_ISO_EJECTIONS, namespace, pool, reason.value)

@@ -135,6 +135,9 @@ class PoolReconciler:
             counts=plan.counts,
             template=pool.spec.template,
         )
+        metrics.record_iso_ejections(
+            namespace=pool.metadata.namespace, pool=pool.metadata.name, counts=plan.iso_ejections
+        )
         if failure is not None:
             return Result(requeue=True)
         if plan.wake_at is not None:
