@@ -1,4 +1,4 @@
-"""`python -m agentforge {run, manifests, version}`: the operator's command line.
+"""`python -m agentforge {run, manifests, check, version}`: the operator's command line.
 
 Exit codes are part of the contract with Kubernetes and with scripts: 0 for a clean
 stop (SIGTERM included), 1 when the process must be restarted (lost the lease, a
@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
         help="write nothing; exit 1 when the files in DIR differ from the code",
     )
 
+    # Listed for --help only: `main` hands `check ...` to `agentforge.check` unparsed.
+    commands.add_parser("check", help="would this pool work? (see `agentforge check --help`)")
+
     commands.add_parser("version", help="print the version, Python and platform")
     return parser
 
@@ -82,6 +85,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:
+        from agentforge import check  # noqa: PLC0415 (only this subcommand needs it)
+
+        return check.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "version":
         return _version()
