@@ -7,26 +7,37 @@
    exactly this record (the read-back). The mutation refuses to overwrite a record
    or an identity already there, so a stale cache cannot start a second creation.
 3. Create with the recorded name and BIOS UUID (`config.uuid`), the pool's hardware,
-   placement and tags, the cached ISO as CD-ROM, and the markers. The vSphere layer's
-   create is idempotent by name + markers, and removes a half-built VM of ours.
+   placement and tags, the cached ISO as CD-ROM, and the markers. The moment
+   `CreateVM_Task` has started, its moref goes into `status.creation.taskRef` (a
+   second status write; if it fails, recovery goes by UUID and name). The vSphere
+   layer's create is idempotent by name + markers (a `DuplicateName` is answered by
+   looking the VM up by name: ours is taken over, anything else is `VMNameConflict`),
+   and removes a half-built VM of ours.
 4. Record BIOS UUID, MAC, instance UUID and moref; clear the record; Ready=True.
-5. With a record present (a restart, or a failed attempt), the VM is looked up by
-   the recorded UUID, then by name in the recorded folder, before anything else:
-   ours and running -> record; ours and unfinished -> converge; absent -> create;
-   someone else's -> `VMNameConflict`, nothing touched (`vm_decide.resume`).
+5. With a record present (a restart, or a failed attempt), vCenter is first asked
+   about the recorded task (running -> wait for it), then the VM is looked up by the
+   task's result or the recorded UUID, then by name in the recorded folder: ours and
+   running -> record; ours and unfinished -> converge; someone else's ->
+   `VMNameConflict`, nothing touched; absent -> create, unless a `CreateVM_Task` still
+   runs in the folder (then wait: it may be ours) (`vm_decide.resume`).
 
 Failures keep the record (with `attempts` counted) and are retried with the queue's
-backoff; every failure sets Ready=False with the reason and a Warning event.
+backoff; every failure sets Ready=False with the reason and a Warning event. Waiting
+for a creation in flight is no failure: Ready=False `VMCreating`, checked again soon.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Final
 
 from agentforge import vsphere
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
+from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers import naming, pool_specs, vm_decide
@@ -43,7 +54,11 @@ from agentforge.reconcilers.vm_context import (
 
 __all__ = ["ensure_created", "vm_name"]
 
+log = logging.getLogger(__name__)
+
 R = VsphereAgentReason
+IN_FLIGHT_RECHECK_S: Final = 2.0
+"""How soon a creation waiting for a create task in flight is decided again."""
 
 
 def vm_name(ctx: VmContext) -> str:
@@ -115,6 +130,10 @@ async def ensure_created(ctx: VmContext) -> Result | None:
             return Result(requeue=True)
     if plan.step is vm_decide.ResumeStep.CONFLICT:
         return await _conflict(ctx, record, plan.vm)
+    if plan.step is vm_decide.ResumeStep.WAIT:
+        return await _waiting(ctx, record, plan.why)
+    if plan.why:
+        log.info("%s: %s: %s VM %s", ctx.where, plan.why, plan.step, record.vm_name)
     vm = plan.vm
     if plan.step is not vm_decide.ResumeStep.RECORD:
         request = vsphere.VmRequest(
@@ -127,7 +146,9 @@ async def ensure_created(ctx: VmContext) -> Result | None:
             bios_uuid=record.bios_uuid,
         )
         try:
-            vm = await service.create_vm(request=request)
+            vm = await service.create_vm(request=request, on_task=_task_recorder(ctx, record))
+        except vsphere.CreationInFlight as exc:
+            return await _waiting(ctx, record, str(exc))
         except vsphere.AlreadyExists:
             return await _conflict(ctx, record, None)
         except vsphere.VsphereError as exc:
@@ -191,14 +212,93 @@ def _placement(ctx: VmContext, record: CreationRecord) -> vsphere.Placement:
     )
 
 
+def _task_recorder(ctx: VmContext, record: CreationRecord) -> Callable[[str], Awaitable[None]]:
+    """The `on_task` of a create: record the started task's moref in `status.creation`."""
+
+    async def record_task(moid: str) -> None:
+        try:
+            await ctx.write(_task_ref_edit(record, moid))
+        except kerrors.KubeError as exc:  # the ref only speeds recovery up: go on waiting
+            log.warning(
+                "%s: recording create task %s of VM %s failed (a restart looks the VM up by "
+                "BIOS UUID and name, and waits for creates in flight): %s",
+                ctx.where,
+                moid,
+                record.vm_name,
+                exc,
+            )
+
+    return record_task
+
+
+def _task_ref_edit(record: CreationRecord, moid: str) -> Edit:
+    def edit(obj: JsonObj) -> None:
+        creation = obj["status"].get("creation")
+        if creation and creation.get("biosUUID") == record.bios_uuid:
+            creation["taskRef"] = moid  # only into this very record, never another one
+
+    return edit
+
+
+def _attempt_edit(record: CreationRecord) -> Edit:
+    def edit(obj: JsonObj) -> None:
+        creation = obj["status"].get("creation")
+        if creation and creation.get("biosUUID") == record.bios_uuid:
+            creation["attempts"] = int(creation.get("attempts") or 0) + 1
+
+    return edit
+
+
 async def _look_up(
     service: vsphere.VsphereService, ctx: VmContext, record: CreationRecord
 ) -> vm_decide.Resume:
-    by_uuid = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
-    by_name = None
+    """Ask about the recorded task (waiting while it runs), then look the VM up."""
+    task: vsphere.TaskFacts | None = None
+    task_gone = False
+    if record.task_ref:
+        try:
+            task = await service.task(task_ref=record.task_ref)
+            if task.running:
+                log.info(
+                    "%s: create task %s of VM %s is still running: waiting for it",
+                    ctx.where,
+                    task.moid,
+                    record.vm_name,
+                )
+                task = await service.wait_for_task(task_ref=record.task_ref)
+        except vsphere.NotFound:
+            task_gone = True  # forgotten by vCenter: not "absent", look by UUID and name
+    if task is not None and task.running:
+        return vm_decide.resume(record, by_uuid=None, by_name=None, task=task)
+    by_uuid = None
+    if task is not None and task.result_moid:
+        by_uuid = await service.vm_by_moid(moid=task.result_moid)
     if by_uuid is None:
-        by_name = await service.vm_by_name(placement=_placement(ctx, record), name=record.vm_name)
-    return vm_decide.resume(record, by_uuid=by_uuid, by_name=by_name)
+        by_uuid = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
+    by_name = None
+    placement = _placement(ctx, record)
+    if by_uuid is None:
+        by_name = await service.vm_by_name(placement=placement, name=record.vm_name)
+    in_flight: list[vsphere.TaskFacts] = []
+    if by_uuid is None and by_name is None:
+        in_flight = await service.creates_in_flight(placement=placement)
+    return vm_decide.resume(
+        record,
+        by_uuid=by_uuid,
+        by_name=by_name,
+        task=task,
+        task_gone=task_gone,
+        creates_in_flight=in_flight,
+    )
+
+
+async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:
+    await ctx.ready(
+        ok=False,
+        reason=R.VM_CREATING,
+        message=f"creating VM {record.vm_name}: waiting, {why}",
+    )
+    return Result(requeue_after=IN_FLIGHT_RECHECK_S)
 
 
 async def _conflict(ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None) -> Result:
@@ -216,6 +316,6 @@ async def _conflict(ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts 
 async def _failed(ctx: VmContext, message: str, *, record: CreationRecord | None = None) -> None:
     edits = [ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
     if record is not None:
-        edits.append(creation_edit(record.model_copy(update={"attempts": record.attempts + 1})))
+        edits.append(_attempt_edit(record))  # keeps what else the record holds (taskRef)
     await ctx.write(*edits)
     await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)

@@ -7,15 +7,21 @@ The rules (docs/design/0002, "VM lifecycle"):
   **unmarked** VM counts as ours only when its BIOS UUID *and* name equal what status
   recorded (an adopted VM, or one the Go operator made); anything else is not ours
   and nothing destructive or overwriting happens to it;
-* after a restart with a creation record, the VM is looked up by the recorded BIOS
-  UUID first, then by name in the recorded folder; ours and running -> record it,
-  ours but not finished (powered off) -> finish it through the idempotent create,
-  absent -> create, anything else -> a name conflict, left alone;
+* after a restart with a creation record, vCenter is first asked about the recorded
+  create task: still running -> wait for it, nothing else. Then the VM is looked up
+  by the task's result (or the recorded BIOS UUID), then by name in the recorded
+  folder; ours and running -> record it, ours but not finished (powered off) ->
+  finish it through the idempotent create, anything else -> a name conflict, left
+  alone. Absent by every key -> create, but only when no `CreateVM_Task` runs in the
+  folder: vCenter does not say which name such a task creates, and it may be ours (a
+  start whose reference was never recorded, or a task vCenter has since forgotten,
+  which is never read as "absent" by itself);
 * an adopted VM is stamped only when its name and BIOS UUID match the record.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -84,17 +90,67 @@ class ResumeStep(StrEnum):
     """Our VM exists and runs: record its identity, call nothing."""
     CONFLICT = "conflict"
     """A VM holds our UUID or name but is not ours: leave it alone and report."""
+    WAIT = "wait"
+    """A create task that may make our VM still runs: create nothing, come back later."""
 
 
 @dataclass(frozen=True, slots=True)
 class Resume:
     step: ResumeStep
     vm: vsphere.VmFacts | None = None
+    why: str = ""
+    """What the recorded task and the lookups said (for conditions and logs)."""
 
 
 def resume(
-    record: CreationRecord, *, by_uuid: vsphere.VmFacts | None, by_name: vsphere.VmFacts | None
+    record: CreationRecord,
+    *,
+    by_uuid: vsphere.VmFacts | None,
+    by_name: vsphere.VmFacts | None,
+    task: vsphere.TaskFacts | None = None,
+    task_gone: bool = False,
+    creates_in_flight: Sequence[vsphere.TaskFacts] = (),
 ) -> Resume:
+    """What to do with a recorded creation (see the module doc).
+
+    `task` is the recorded create task as vCenter reports it (None: none recorded, or
+    `task_gone`: vCenter no longer knows it); `by_uuid` is the VM the task made, else
+    the one with the recorded BIOS UUID; `creates_in_flight` the `CreateVM_Task`s still
+    running in the folder (asked only when no VM was found).
+    """
+    if task is not None and task.running:
+        return Resume(ResumeStep.WAIT, why=f"create task {task.moid} is still {task.state}")
+    found = _found(record, by_uuid=by_uuid, by_name=by_name)
+    if found is not None:
+        return found
+    told = _what_the_task_told(record, task=task, task_gone=task_gone)
+    if creates_in_flight:
+        running = ", ".join(sorted(t.moid for t in creates_in_flight))
+        return Resume(
+            ResumeStep.WAIT,
+            why=f"{told}; VM {record.vm_name} is not there yet and create task(s) {running} "
+            f"still run in folder {record.folder}",
+        )
+    return Resume(ResumeStep.CREATE, why=f"{told}; no VM {record.vm_name} by UUID or name")
+
+
+def _what_the_task_told(
+    record: CreationRecord, *, task: vsphere.TaskFacts | None, task_gone: bool
+) -> str:
+    if task_gone:
+        return f"vCenter no longer knows create task {record.task_ref}"
+    if task is None:
+        return "no create task was recorded"
+    if task.state is vsphere.TaskState.ERROR:
+        if isinstance(task.error, vsphere.AlreadyExists):  # DuplicateName, holder gone since
+            return f"create task {task.moid} found the name taken ({task.error})"
+        return f"create task {task.moid} failed ({task.error})"
+    return f"create task {task.moid} succeeded but its VM is gone"
+
+
+def _found(
+    record: CreationRecord, *, by_uuid: vsphere.VmFacts | None, by_name: vsphere.VmFacts | None
+) -> Resume | None:
     expected = record_markers(record)
     if by_uuid is not None:
         if vmarkers.verdict(found=by_uuid.markers, expected=expected) is not vsphere.Verdict.OURS:
@@ -106,7 +162,7 @@ def resume(
         if vmarkers.verdict(found=by_name.markers, expected=expected) is vsphere.Verdict.OURS:
             return Resume(ResumeStep.FINISH, by_name)
         return Resume(ResumeStep.CONFLICT, by_name)
-    return Resume(ResumeStep.CREATE)
+    return None
 
 
 def recorded_identity(agent: VsphereAgent) -> tuple[str | None, str | None]:

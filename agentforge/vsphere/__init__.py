@@ -11,6 +11,7 @@ from agentforge.vsphere.datastore import DatastoreFile, Location
 from agentforge.vsphere.errors import (
     AlreadyExists,
     ConnectionFailed,
+    CreationInFlight,
     InvalidSpec,
     InvalidState,
     IsoSourceError,
@@ -33,12 +34,14 @@ from agentforge.vsphere.provision import VmRequest
 from agentforge.vsphere.service import VsphereService
 from agentforge.vsphere.session import Session, SessionOptions, SessionRegistry
 from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
+from agentforge.vsphere.task_facts import TaskFacts, TaskState
 
 __all__ = [
     "AlreadyExists",
     "Cdrom",
     "Choice",
     "ConnectionFailed",
+    "CreationInFlight",
     "Credentials",
     "DatastoreFile",
     "EjectOutcome",
@@ -73,7 +76,9 @@ __all__ = [
     "SessionOptions",
     "SessionRegistry",
     "SizeLimitExceeded",
+    "TaskFacts",
     "TaskFailed",
+    "TaskState",
     "TransientError",
     "Validators",
     "Verdict",

@@ -48,6 +48,11 @@ class AlreadyExists(VsphereError):
     """An object with that name exists (and is not ours to take)."""
 
 
+class CreationInFlight(VsphereError):
+    """vCenter refused a VM name (DuplicateName) that no object holds yet: a creation of
+    that name is still running in the folder. Not "absent" and not a conflict: wait."""
+
+
 class PermissionDenied(VsphereError):
     """Wrong credentials or a missing privilege."""
 

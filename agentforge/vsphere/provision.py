@@ -3,7 +3,10 @@
 Promises:
 - create is idempotent by name + markers: a same-named VM with our exact markers is
   returned (and converged: tags, power), any other is reported as `AlreadyExists` and
-  never touched;
+  never touched; `DuplicateName` with nothing holding the name yet (a creation of that
+  name still running: vCenter reserves the name when the task starts) is
+  `CreationInFlight`, neither absent nor a conflict;
+- the create task's moref is handed to `on_task` as soon as the task has started;
 - the datastore comes from `StorageResourceManager.RecommendDatastores` for the
   pool's datastore cluster; the recommendation is applied by pinning the VM's files
   and disk to the recommended datastore (as `govc vm.create -datastore-cluster` does);
@@ -13,6 +16,7 @@ Promises:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,18 +39,27 @@ class VmRequest:
     bios_uuid: str | None = None  # becomes config.uuid when set (chosen and recorded first)
 
 
-async def create(session: Session, request: VmRequest) -> facts.VmFacts:
-    """Create (or find, if already ours) the VM; powered on, tagged, facts returned."""
+TaskStarted = Callable[[str], Awaitable[None]]
+
+
+async def create(
+    session: Session, request: VmRequest, *, on_task: TaskStarted | None = None
+) -> facts.VmFacts:
+    """Create (or find, if already ours) the VM; powered on, tagged, facts returned.
+
+    `on_task(moref)` runs as soon as `CreateVM_Task` has started, before its wait."""
     with metrics.counted("vm", "create"):
         try:
-            return await _create(session, request)
+            return await _create(session, request, on_task)
         except errors.NotFound:
             # A cached moref (folder, pool, network...) went stale: resolve afresh, once.
             placement.invalidate(session, request.placement)
-            return await _create(session, request)
+            return await _create(session, request, on_task)
 
 
-async def _create(session: Session, request: VmRequest) -> facts.VmFacts:
+async def _create(
+    session: Session, request: VmRequest, on_task: TaskStarted | None
+) -> facts.VmFacts:
     resolved = await placement.resolve(session, request.placement)
     folder = await placement.ensure_folder(session, resolved)
     subject = f"VM {request.name}"
@@ -73,8 +86,9 @@ async def _create(session: Session, request: VmRequest) -> facts.VmFacts:
             lambda: folder.CreateVM_Task(config=spec, pool=resolved.resource_pool),
             subject=subject,
             action="create",
+            on_started=on_task,
         )
-    except errors.AlreadyExists:
+    except errors.AlreadyExists:  # DuplicateName: the folder holds (or reserves) the name
         return await _adopt_existing(session, request)
     try:
         await _finish(session, ref, request)
@@ -152,9 +166,16 @@ async def _finish(session: Session, ref: Any, request: VmRequest) -> None:
 
 
 async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts:
-    """The name is taken: ours (same markers) -> converge and return it; else refuse."""
+    """The name is taken: ours (same markers) -> converge and return it; a creation of
+    that name still running -> `CreationInFlight`; anything else -> refuse."""
     existing = await vms.find_by_name(session, where=request.placement, name=request.name)
     if existing is None:
+        if await _holder_of(session, request) is None:
+            raise errors.CreationInFlight(
+                f"VM {request.name}: vCenter reserves the name in folder "
+                f"{request.placement.folder} for a creation still running; wait for it",
+                subject=f"VM {request.name}",
+            )
         raise errors.AlreadyExists(
             f"VM {request.name}: the name is taken in folder {request.placement.folder} "
             "by an object that is not a VM; pick another name",
@@ -173,6 +194,19 @@ async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts
     if got.bios_uuid:
         session.cache[("vm", got.bios_uuid)] = ref
     return got
+
+
+async def _holder_of(session: Session, request: VmRequest) -> Any | None:
+    """Whatever holds the name in the folder (a VM, a folder, a vApp), or None."""
+    resolved = await placement.resolve(session, request.placement)
+    if resolved.folder is None:
+        return None
+    index, folder = session.content.searchIndex, resolved.folder
+    return await session.call(
+        lambda: index.FindChild(entity=folder, name=request.name),
+        subject=f"VM {request.name}",
+        action="find",
+    )
 
 
 async def _remove_half_built(

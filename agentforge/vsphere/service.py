@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentforge.vsphere import cdrom, datastore, errors, facts, iso, provision, vms
+from agentforge.vsphere import cdrom, datastore, errors, facts, iso, provision, task_facts, vms
 from agentforge.vsphere import placement as placements
 from agentforge.vsphere.credentials import Credentials
 from agentforge.vsphere.markers import OwnershipMarkers
@@ -52,8 +52,14 @@ class VsphereService:
 
     # --- VMs ----------------------------------------------------------------------
 
-    async def create_vm(self, *, request: provision.VmRequest) -> facts.VmFacts:
-        return await provision.create(await self.session(), request)
+    async def create_vm(
+        self, *, request: provision.VmRequest, on_task: provision.TaskStarted | None = None
+    ) -> facts.VmFacts:
+        return await provision.create(await self.session(), request, on_task=on_task)
+
+    async def vm_by_moid(self, *, moid: str) -> facts.VmFacts | None:
+        session = await self.session()
+        return (await vms.fetch(session, [vms.ref_of(session, moid)])).get(moid)
 
     async def vm_by_uuid(self, *, datacenter: str, bios_uuid: str) -> facts.VmFacts | None:
         return await vms.facts_by_uuid(
@@ -86,6 +92,18 @@ class VsphereService:
         return await vms.stamp(
             await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid, wanted=markers
         )
+
+    # --- tasks --------------------------------------------------------------------
+
+    async def task(self, *, task_ref: str) -> task_facts.TaskFacts:
+        """Raises `NotFound` when vCenter no longer knows the task."""
+        return await task_facts.read(await self.session(), task_ref)
+
+    async def wait_for_task(self, *, task_ref: str) -> task_facts.TaskFacts:
+        return await task_facts.wait(await self.session(), task_ref)
+
+    async def creates_in_flight(self, *, placement: Placement) -> list[task_facts.TaskFacts]:
+        return await task_facts.creates_in_flight(await self.session(), placement)
 
     # --- CD-ROM -------------------------------------------------------------------
 

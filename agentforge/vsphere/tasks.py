@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -381,11 +381,21 @@ class TaskWaiter:
                 fut.set_exception(exc)
 
 
-async def run_task(session: Session, start: Callable[[], Any], *, subject: str, action: str) -> Any:
-    """Start a task and wait for it; transient task faults restart it (tenacity)."""
+async def run_task(
+    session: Session,
+    start: Callable[[], Any],
+    *,
+    subject: str,
+    action: str,
+    on_started: Callable[[str], Awaitable[None]] | None = None,
+) -> Any:
+    """Start a task and wait for it; transient task faults restart it (tenacity).
+    `on_started(moref)` runs for each started task before the wait (to record it)."""
     async for attempt in session.retrying():
         with attempt:
             task = await session.call(start, subject=subject, action=action)
+            if on_started is not None:
+                await on_started(str(task._moId))
             return await session.waiter.wait(task, subject=subject, action=action)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -133,18 +133,7 @@ async def test_two_pools_sharing_an_infraenv_stay_isolated(
     assert vms_by_uuid(snap, "green") == green_vms, "green's VM survives blue's scale-down"
 
 
-VCSIM_DUPLICATE_NAMES = pytest.mark.xfail(
-    reason="vcsim lets a delayed CreateVM_Task add a second VM of a name the folder already "
-    "holds (vCenter fails it with DuplicateName), so the restarted operator's re-issued "
-    "create leaves a duplicate (until sim/vcsim enforces unique names per folder)",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize(
-    "kill_during",
-    [pytest.param("CreateVM_Task", marks=VCSIM_DUPLICATE_NAMES), "PowerOnVM_Task"],
-)
+@pytest.mark.parametrize("kill_during", ["CreateVM_Task", "PowerOnVM_Task"])
 async def test_kill_9_during_scale_up_then_restart_leaves_no_duplicate_and_no_orphan_vm(
     world: World, operator: OperatorHarness, vcsim_control: VcsimControl, kill_during: str
 ) -> None:

@@ -192,6 +192,49 @@ async def test_a_crash_after_the_checkpoint_finds_the_vm_instead_of_creating_a_s
     assert method_count(await vcsim_control.counters(), "CreateVM_Task") == 1
 
 
+@pytest.mark.parametrize("task_ref_written", [True, False])
+async def test_a_restart_while_the_create_task_runs_waits_for_it_and_creates_nothing(
+    world: World, vcsim_control: VcsimControl, task_ref_written: bool
+) -> None:
+    await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
+    async with world.run():
+        await pool_with_iso(world)
+        await world.create_vsphere_agent("va1")
+
+        async def task_recorded() -> dict[str, Any] | None:
+            va = await world.get(VA, "va1")
+            return va if va and (status_of(va).get("creation") or {}).get("taskRef") else None
+
+        va = await world.wait_for("the create task's moref in status.creation", task_recorded)
+        await world.crash()
+    record = status_of(va)["creation"]
+    assert record["taskRef"].startswith("task-")
+    if not task_ref_written:  # as if killed between the task's start and the second write
+
+        def forget(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["status"]["creation"].pop("taskRef")
+            return obj
+
+        await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=forget)
+    assert await world.vms() == [], "restarted while the task is still in flight"
+    async with world.run():
+        if not task_ref_written:  # no task to ask about: the running create is waited for
+
+            async def waiting() -> dict[str, Any] | None:
+                va = await world.get(VA, "va1")
+                return va if va and "still run in folder" in ready(va)["message"] else None
+
+            await world.wait_for("Ready to say it waits for the create in flight", waiting)
+        va = await created(world, "va1")
+    vms = await world.vms()
+    assert [(v.name, v.bios_uuid) for v in vms] == [(record["vmName"], record["biosUUID"])]
+    assert vms[0].power_state is vsphere.PowerState.ON
+    assert "creation" not in status_of(va)
+    issued = await vcsim_control.request_log("CreateVM_Task")
+    assert len(issued) == 1  # waited for the task (or for the creates in flight in the folder)
+    assert not await world.events("VMNameConflict")
+
+
 async def test_a_failed_create_keeps_the_record_and_the_retry_makes_exactly_one_vm(
     world: World, vcsim_control: VcsimControl
 ) -> None:

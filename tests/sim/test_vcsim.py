@@ -954,3 +954,88 @@ async def test_a_task_delay_keeps_the_task_in_flight_without_blocking_the_invent
     assert si.content.searchIndex.FindByInventoryPath(f"dc1/vm/{name}") == vm
     with pytest.raises(VcsimControlError, match="task delays"):
         await vcsim_control.set_delay("FindByUuid", 100, stage="task")
+
+
+# --- one VM name per folder ----------------------------------------------------------------
+
+
+def create_vm(si: vim.ServiceInstance, name: str, folder: vim.Folder | None = None) -> vim.Task:
+    spec = vim.vm.ConfigSpec(
+        name=name, numCPUs=1, memoryMB=128, files=vim.vm.FileInfo(vmPathName="[ds1]")
+    )
+    return (folder or find(si, "dc1").vmFolder).CreateVM_Task(
+        config=spec, pool=find(si, "dc1/host/cluster/Resources")
+    )
+
+
+def vms_named(si: vim.ServiceInstance, folder: vim.Folder, name: str) -> list[vim.VirtualMachine]:
+    return [c for c in folder.childEntity if isinstance(c, vim.VirtualMachine) and c.name == name]
+
+
+async def test_a_second_vm_of_a_name_in_the_same_folder_fails_with_duplicate_name(
+    si: vim.ServiceInstance,
+) -> None:
+    root = find(si, "dc1").vmFolder
+    name = f"af-{uuid.uuid4().hex[:8]}"
+    first = create_vm(si, name)
+    assert wait_task(first) == vim.TaskInfo.State.success
+
+    second = create_vm(si, name)
+    assert wait_task(second) == vim.TaskInfo.State.error
+    fault = second.info.error
+    assert isinstance(fault, vim.fault.DuplicateName)
+    assert fault.name == name
+    assert fault.object == first.info.result
+    assert vms_named(si, root, name) == [first.info.result]
+
+    other = root.CreateFolder(f"af-{uuid.uuid4().hex[:8]}")
+    elsewhere = create_vm(si, name, other)  # the name is per folder
+    assert wait_task(elsewhere) == vim.TaskInfo.State.success
+
+    clone = first.info.result.CloneVM_Task(
+        folder=root, name=name, spec=vim.vm.CloneSpec(location=vim.vm.RelocateSpec())
+    )
+    assert wait_task(clone) == vim.TaskInfo.State.error
+    assert isinstance(clone.info.error, vim.fault.DuplicateName)
+    assert vms_named(si, root, name) == [first.info.result]
+
+
+async def test_the_name_is_reserved_while_the_first_create_task_runs(
+    vcsim_control: VcsimControl, si: vim.ServiceInstance
+) -> None:
+    root = find(si, "dc1").vmFolder
+    name = f"af-{uuid.uuid4().hex[:8]}"
+    await vcsim_control.set_delay("CreateVM_Task", 1500, stage="task")
+    first = create_vm(si, name)
+    assert first.info.state == vim.TaskInfo.State.running
+    assert vms_named(si, root, name) == []  # no VM yet: the name is taken all the same
+
+    second = create_vm(si, name)  # as a restarted operator would
+    assert wait_task(second) == vim.TaskInfo.State.error
+    assert isinstance(second.info.error, vim.fault.DuplicateName)
+    assert second.info.error.object == root
+    assert first.info.state == vim.TaskInfo.State.running, "the refusal did not wait for it"
+
+    assert wait_task(first) == vim.TaskInfo.State.success
+    await vcsim_control.clear_delays()
+    assert vms_named(si, root, name) == [first.info.result]
+    third = create_vm(si, name)  # ended: the VM itself now holds the name
+    assert wait_task(third) == vim.TaskInfo.State.error
+    assert third.info.error.object == first.info.result
+
+
+async def test_a_failed_create_releases_the_name(
+    vcsim_control: VcsimControl, si: vim.ServiceInstance
+) -> None:
+    root = find(si, "dc1").vmFolder
+    name = f"af-{uuid.uuid4().hex[:8]}"
+    no_files = vim.vm.ConfigSpec(name=name, numCPUs=1, memoryMB=128)
+    failed = root.CreateVM_Task(config=no_files, pool=find(si, "dc1/host/cluster/Resources"))
+    assert wait_task(failed) == vim.TaskInfo.State.error
+    assert isinstance(failed.info.error, vim.fault.InvalidVmConfig)
+    await vcsim_control.fail_next_tasks("CreateVM_Task", 1, "InsufficientResourcesFault")
+    scripted = create_vm(si, name)  # a scripted failure reserves nothing either
+    assert wait_task(scripted) == vim.TaskInfo.State.error
+    retried = create_vm(si, name)
+    assert wait_task(retried) == vim.TaskInfo.State.success
+    assert vms_named(si, root, name) == [retried.info.result]

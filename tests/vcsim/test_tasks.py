@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import OwnershipMarkers, Placement, TaskFailed, VsphereService
+from agentforge.vsphere import (
+    CreationInFlight,
+    NotFound,
+    OwnershipMarkers,
+    Placement,
+    TaskFacts,
+    TaskFailed,
+    TaskState,
+    VsphereService,
+)
 from tests.vcsim import support
 
 pytestmark = pytest.mark.vcsim
@@ -55,3 +64,77 @@ async def test_the_waiter_survives_a_session_expiry_mid_task(
     finally:
         await vcsim.control.set_delay("PowerOnVM_Task", 0)
     assert vm.power_state.value == "poweredOn"
+
+
+# --- a started task, recorded and asked about later ---------------------------------------
+
+
+async def test_a_create_hands_its_task_over_before_waiting_and_the_task_reads_back(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    await service.preflight(placement=placement)
+    await vcsim.control.set_delay("CreateVM_Task", 800, stage="task")
+    seen: list[TaskFacts] = []
+
+    async def on_task(moid: str) -> None:
+        seen.append(await service.task(task_ref=moid))
+        assert [t.moid for t in await service.creates_in_flight(placement=placement)] == [moid]
+
+    vm = await service.create_vm(request=support.request(placement, markers), on_task=on_task)
+    (started,) = seen
+    assert started.running
+    assert started.description_id == "Folder.createVm"
+    done = await service.task(task_ref=started.moid)
+    assert (done.state, done.result_moid, done.error) == (TaskState.SUCCESS, vm.moid, None)
+    assert await service.creates_in_flight(placement=placement) == []
+
+
+async def test_waiting_for_a_recorded_task_ends_with_its_outcome(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    await service.preflight(placement=placement)
+    await vcsim.control.fail_next_tasks("CreateVM_Task", 1, "InsufficientResourcesFault")
+    refs: list[str] = []
+
+    async def on_task(moid: str) -> None:
+        refs.append(moid)
+
+    with pytest.raises(TaskFailed):
+        await service.create_vm(request=support.request(placement, markers), on_task=on_task)
+    failed = await service.wait_for_task(task_ref=refs[0])
+    assert failed.state is TaskState.ERROR
+    assert isinstance(failed.error, TaskFailed)
+    assert failed.result_moid is None
+
+
+async def test_a_task_vcenter_does_not_know_is_not_found_never_an_outcome(
+    service: VsphereService,
+) -> None:
+    with pytest.raises(NotFound):
+        await service.task(task_ref="task-99999999")
+    with pytest.raises(NotFound):
+        await service.wait_for_task(task_ref="task-99999999")
+
+
+async def test_a_second_create_of_a_name_still_being_created_waits_not_conflicts(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    await service.preflight(placement=placement)
+    await vcsim.control.set_delay("CreateVM_Task", 1000, stage="task")
+    req = support.request(placement, markers)
+    started = asyncio.Event()
+
+    async def on_task(_: str) -> None:
+        started.set()
+
+    first = asyncio.ensure_future(service.create_vm(request=req, on_task=on_task))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=10)
+        with pytest.raises(CreationInFlight, match="still running"):
+            await service.create_vm(request=req)
+    finally:
+        vm = await first
+    await vcsim.control.clear_delays()
+    again = await service.create_vm(request=req)  # ours by name and markers: taken over
+    assert again.moid == vm.moid
+    assert await support.vm_names_in_folder(service, placement) == [req.name]

@@ -18,6 +18,8 @@ package main
 //   - scripted failures: the call fails (stage "call") or returns a task that fails
 //     (stage "task") with the chosen fault, without touching the inventory (tasks.go);
 //   - task delays: the task stays running for a while before the method runs (tasks.go);
+//   - CreateVM_Task, RegisterVM_Task, CloneVM_Task: one VM name per folder, reserved
+//     while the creation runs, as on vCenter (names.go);
 //   - VirtualMachine.ReconfigVM_Task / AnswerVM: the guest-locked CD-ROM door;
 //   - StorageResourceManager.RecommendDatastores: placement for a whole datastore cluster;
 //   - FileManager tasks: info.entity names a datacenter (see fidelity.go).
@@ -66,6 +68,9 @@ func (in *Injector) handle(ctx *simulator.Context, m *simulator.Method) (mo.Refe
 		if real != nil {
 			hook = &taskHooks{Self: m.This, in: in, delay: delay, real: real}
 		}
+	}
+	if guard := in.guardName(ctx, m, hook); guard != nil {
+		hook = guard // outermost: the name is reserved from the call on, through a delay
 	}
 	if hook == nil {
 		return nil, nil
@@ -152,24 +157,7 @@ func (in *Injector) mirror(innerRef types.ManagedObjectReference, outer *simulat
 		finishHeldTask(ctx, outer, nil, localized(&types.SystemError{Reason: "reconfigure task vanished"}, "SystemError"))
 		return
 	}
-	var result types.AnyType
-	var fault *types.LocalizedMethodFault
-	for done := false; !done; {
-		ctx.WithLock(inner, func() {
-			switch inner.Info.State {
-			case types.TaskInfoStateSuccess, types.TaskInfoStateError:
-				done = true
-				result = inner.Info.Result
-				if inner.Info.Error != nil {
-					copied := *inner.Info.Error
-					fault = &copied
-				}
-			}
-		})
-		if !done {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	result, fault := waitTask(ctx, inner)
 	finishHeldTask(ctx, outer, result, fault)
 }
 

@@ -46,6 +46,7 @@ type Injector struct {
 	taskDelays  map[string]time.Duration
 	endedAt     time.Time
 	endedKeys   map[string]struct{}
+	names       map[nameKey]types.ManagedObjectReference // VM names held by creations in flight -> their task (names.go)
 	counts      counters
 	log         requestLog
 
@@ -82,6 +83,7 @@ func newInjector(service *simulator.Service) *Injector {
 		service:           service,
 		registry:          service.Context.Map,
 		clearVAPISessions: func() int { return 0 },
+		names:             map[nameKey]types.ManagedObjectReference{},
 	}
 	in.resetLocked()
 	return in

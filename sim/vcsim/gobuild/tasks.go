@@ -110,6 +110,10 @@ func (h *taskHooks) CreateVMTask(ctx *simulator.Context, req *types.CreateVM_Tas
 	return &methods.CreateVM_TaskBody{Res: &types.CreateVM_TaskResponse{Returnval: h.task(ctx, "createVm", "CreateVMTask", req)}}
 }
 
+func (h *taskHooks) RegisterVMTask(ctx *simulator.Context, req *types.RegisterVM_Task) soap.HasFault {
+	return &methods.RegisterVM_TaskBody{Res: &types.RegisterVM_TaskResponse{Returnval: h.task(ctx, "registerVm", "RegisterVMTask", req)}}
+}
+
 func (h *taskHooks) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Task) soap.HasFault {
 	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: h.task(ctx, "reconfigVm", "ReconfigVMTask", req)}}
 }

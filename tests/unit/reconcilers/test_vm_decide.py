@@ -122,6 +122,102 @@ def test_a_vm_holding_our_uuid_without_our_markers_is_a_conflict() -> None:
     assert got.step is ResumeStep.CONFLICT
 
 
+# --- resuming after a restart: the recorded create task first ---------------------------------
+
+
+def task(
+    state: vsphere.TaskState,
+    *,
+    moid: str = "task-7",
+    result: str | None = None,
+    error: vsphere.VsphereError | None = None,
+) -> vsphere.TaskFacts:
+    return vsphere.TaskFacts(
+        moid=moid,
+        state=state,
+        description_id="Folder.createVm",
+        result_moid=result,
+        error=error,
+    )
+
+
+def recorded_task(ref: str = "task-7") -> CreationRecord:
+    return record().model_copy(update={"task_ref": ref})
+
+
+def test_a_recorded_create_task_still_running_means_wait_whatever_the_lookups_say() -> None:
+    for state in (vsphere.TaskState.QUEUED, vsphere.TaskState.RUNNING):
+        got = vm_decide.resume(recorded_task(), by_uuid=None, by_name=None, task=task(state))
+        assert got.step is ResumeStep.WAIT
+        assert "task-7" in got.why
+
+
+def test_the_vm_a_succeeded_task_made_is_finished_not_created_again() -> None:
+    done = task(vsphere.TaskState.SUCCESS, result="vm-1")
+    got = vm_decide.resume(
+        recorded_task(), by_uuid=facts(power=vsphere.PowerState.OFF), by_name=None, task=done
+    )
+    assert got.step is ResumeStep.FINISH
+    got = vm_decide.resume(recorded_task(), by_uuid=facts(), by_name=None, task=done)
+    assert got.step is ResumeStep.RECORD
+
+
+def test_a_duplicate_name_failure_takes_over_our_vm_found_by_name() -> None:
+    dup = task(vsphere.TaskState.ERROR, error=vsphere.AlreadyExists("DuplicateName"))
+    got = vm_decide.resume(recorded_task(), by_uuid=None, by_name=facts(uuid=OTHER_UUID), task=dup)
+    assert got.step is ResumeStep.FINISH
+
+
+def test_a_duplicate_name_failure_with_someone_elses_vm_is_a_conflict_left_alone() -> None:
+    dup = task(vsphere.TaskState.ERROR, error=vsphere.AlreadyExists("DuplicateName"))
+    for markers in (foreign(), {}):
+        got = vm_decide.resume(
+            recorded_task(), by_uuid=None, by_name=facts(markers=markers), task=dup
+        )
+        assert got.step is ResumeStep.CONFLICT
+
+
+def test_a_failed_task_whose_vm_is_absent_is_created_again_naming_the_failure() -> None:
+    failed = task(vsphere.TaskState.ERROR, error=vsphere.TaskFailed("no room on ds1"))
+    got = vm_decide.resume(recorded_task(), by_uuid=None, by_name=None, task=failed)
+    assert got.step is ResumeStep.CREATE
+    assert "no room on ds1" in got.why
+
+
+def test_a_task_vcenter_forgot_is_not_absence_while_a_create_runs_in_the_folder() -> None:
+    running = [task(vsphere.TaskState.RUNNING, moid="task-99")]
+    got = vm_decide.resume(
+        recorded_task(), by_uuid=None, by_name=None, task_gone=True, creates_in_flight=running
+    )
+    assert got.step is ResumeStep.WAIT
+    assert "no longer knows" in got.why
+    assert "task-99" in got.why
+
+
+def test_a_task_vcenter_forgot_is_created_again_only_when_absent_by_uuid_and_name() -> None:
+    got = vm_decide.resume(recorded_task(), by_uuid=None, by_name=None, task_gone=True)
+    assert got.step is ResumeStep.CREATE
+    got = vm_decide.resume(recorded_task(), by_uuid=facts(), by_name=None, task_gone=True)
+    assert got.step is ResumeStep.RECORD
+    got = vm_decide.resume(
+        recorded_task(), by_uuid=None, by_name=facts(uuid=OTHER_UUID), task_gone=True
+    )
+    assert got.step is ResumeStep.FINISH
+
+
+def test_without_a_recorded_task_a_create_running_in_the_folder_is_waited_for() -> None:
+    running = [task(vsphere.TaskState.RUNNING, moid="task-3")]
+    got = vm_decide.resume(record(), by_uuid=None, by_name=None, creates_in_flight=running)
+    assert got.step is ResumeStep.WAIT
+    assert "no create task was recorded" in got.why
+
+
+def test_a_found_vm_is_decided_on_even_while_other_creates_run_in_the_folder() -> None:
+    running = [task(vsphere.TaskState.RUNNING, moid="task-3")]
+    got = vm_decide.resume(record(), by_uuid=facts(), by_name=None, creates_in_flight=running)
+    assert got.step is ResumeStep.RECORD
+
+
 # --- adoption --------------------------------------------------------------------------
 
 

@@ -1,0 +1,133 @@
+"""What vCenter says about a task we started earlier, found by its moref.
+
+A create's task moref is recorded in status the moment the task starts, so a restarted
+operator asks vCenter about that task before it decides anything (CAPV's pattern).
+Promises:
+- `read` returns the task's state, its result's moref and its typed error; a task
+  vCenter no longer knows (tasks expire) raises `errors.NotFound`, which means "ask
+  again by other keys", never "the VM is absent" and never success;
+- `wait` reads, waits through the session's one task waiter while the task runs, then
+  reads again: the read, not the wait's outcome, is the answer (a failed task and a
+  forgotten one differ only there). A task vCenter does not know is never handed to
+  the waiter (a view over a missing object cannot even be built);
+- `creates_in_flight` lists the `CreateVM_Task`s still queued or running in a folder
+  (its `recentTask`). vCenter does not tell which VM name such a task creates, so every
+  one of them counts as possibly ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from agentforge.vsphere import errors, placement, props, tasks
+from agentforge.vsphere.session import Session
+from agentforge.vsphere.vmomi import vim, vmodl
+
+PC = vmodl.query.PropertyCollector
+CREATE_VM = "Folder.createVm"  # TaskInfo.descriptionId of CreateVM_Task
+PATHS = ("info.state", "info.error", "info.result", "info.descriptionId")
+
+
+class TaskState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFacts:
+    moid: str
+    state: TaskState
+    description_id: str = ""
+    result_moid: str | None = None
+    """The moref of `info.result` when it is a managed object (a created VM)."""
+    error: errors.VsphereError | None = None
+    """The task's fault, typed as every other error of this layer."""
+
+    @property
+    def running(self) -> bool:
+        return self.state in (TaskState.QUEUED, TaskState.RUNNING)
+
+
+def task_ref(session: Session, moid: str) -> Any:
+    return vim.Task(moid, session.content.propertyCollector._stub)
+
+
+async def read(session: Session, moid: str) -> TaskFacts:
+    """The task's facts; `errors.NotFound` when vCenter no longer knows the task."""
+    found = await _read_one(session, moid)
+    if found is None:
+        raise errors.NotFound(f"vCenter no longer knows task {moid}", subject=f"task {moid}")
+    return found
+
+
+async def wait(session: Session, moid: str) -> TaskFacts:
+    """Wait until the task has ended (or is gone), then `read` it."""
+    first = await read(session, moid)  # a task vCenter does not know never reaches the waiter
+    if not first.running:
+        return first
+    # The read below tells a failed task from a forgotten one (or raises itself).
+    with contextlib.suppress(errors.VsphereError):
+        await session.waiter.wait(
+            task_ref(session, moid), subject=f"task {moid}", action="wait for"
+        )
+    return await read(session, moid)
+
+
+async def creates_in_flight(session: Session, where: placement.Placement) -> list[TaskFacts]:
+    """The `CreateVM_Task`s still queued or running in the placement's folder."""
+    resolved = await placement.resolve(session, where)
+    if resolved.folder is None:
+        return []
+    content = session.content
+    recent = PC.ObjectSpec(
+        obj=resolved.folder,
+        skip=True,
+        selectSet=[PC.TraversalSpec(name="recent", type=vim.Folder, path="recentTask", skip=False)],
+    )
+    fetched = await session.call(
+        lambda: props.retrieve(content, objects=[recent], props=[(vim.Task, PATHS)]),
+        subject=f"folder {where.folder}",
+        action="list recent tasks of",
+    )
+    found = [_parse(f.moid, f.props) for f in fetched if not props.is_gone(f)]
+    return [t for t in found if t.description_id == CREATE_VM and t.running]
+
+
+async def _read_one(session: Session, moid: str) -> TaskFacts | None:
+    content = session.content
+    ref = task_ref(session, moid)
+    try:
+        fetched = await session.call(
+            lambda: props.retrieve(
+                content, objects=props.object_specs([ref]), props=[(vim.Task, PATHS)]
+            ),
+            subject=f"task {moid}",
+            action="read",
+        )
+    except errors.NotFound:
+        return None
+    found = [_parse(f.moid, f.props) for f in fetched if not props.is_gone(f)]
+    return found[0] if found else None
+
+
+def _parse(moid: str, values: dict[str, Any]) -> TaskFacts:
+    state = TaskState(str(values.get("info.state") or TaskState.QUEUED))
+    result_moid = getattr(values.get("info.result"), "_moId", None)
+    error: errors.VsphereError | None = None
+    if state is TaskState.ERROR:
+        try:
+            tasks.task_outcome(values, subject=f"task {moid}", action="run")
+        except errors.VsphereError as exc:
+            error = exc
+    return TaskFacts(
+        moid=moid,
+        state=state,
+        description_id=str(values.get("info.descriptionId") or ""),
+        result_moid=str(result_moid) if result_moid else None,
+        error=error,
+    )
