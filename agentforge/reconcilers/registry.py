@@ -7,7 +7,7 @@ Order is start order; each factory installs the informer indexes it needs
 from __future__ import annotations
 
 from agentforge.kube.controller import Controller
-from agentforge.reconcilers import indexes, infra, pool, scaleup, vm
+from agentforge.reconcilers import ejection, indexes, infra, pool, scaleup, vm
 from agentforge.reconcilers.deps import Deps
 
 
@@ -18,5 +18,5 @@ def controllers(deps: Deps) -> list[Controller]:
         scaleup.controller(deps),
         pool.controller(deps),
         infra.controller(deps),
-        vm.controller(deps),
+        vm.controller(deps, ejection=ejection.Ejection()),
     ]

@@ -8,7 +8,9 @@ Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
 * pool missing -> Ready=False `PoolNotFound`, nothing in vSphere;
 * `created-for: adopted` -> `adopt.ensure_adopted` (never creates);
 * otherwise -> `vm_create.ensure_created` (checkpoint, create, record; resume after
-  a crash by looking the VM up by recorded UUID and name).
+  a crash by looking the VM up by recorded UUID and name);
+* then the ejection step, when one is wired (`ejection.Ejection`: resume a recorded
+  ISO ejection, or start one for an installed worker of an opted-in pool).
 
 A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
 reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the
@@ -20,7 +22,7 @@ and the ejection feature reacts to installation).
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from agentforge.api import kinds, names
 from agentforge.api.conditions import VsphereAgentReason
@@ -32,7 +34,7 @@ from agentforge.reconcilers import adopt, indexes, pool_specs, vm_create, vm_del
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.vm_context import VmContext
 
-__all__ = ["CONTROLLER_NAME", "VmReconciler", "controller"]
+__all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,26 @@ CONTROLLER_NAME: Final = "vm"
 JsonObj = dict[str, Any]
 
 
+class EjectionStep(vm_delete.EjectionHook, Protocol):
+    """The ISO ejection feature as the vm controller runs it, after creation/adoption."""
+
+    async def reconcile(self, *, ctx: VmContext) -> Result | None:
+        """Resume a recorded ejection or start a new one; the requeue it needs."""
+        ...
+
+
+def _merged(first: Result | None, second: Result | None) -> Result | None:
+    """One result for two steps: a failure backs off, else the sooner requeue wins."""
+    if first is None or second is None:
+        return first or second
+    if first.requeue or second.requeue:
+        return Result(requeue=True)
+    afters = [r.requeue_after for r in (first, second) if r.requeue_after is not None]
+    return Result(requeue_after=min(afters)) if afters else None
+
+
 class VmReconciler:
-    def __init__(self, *, deps: Deps, ejection: vm_delete.EjectionHook | None = None) -> None:
+    def __init__(self, *, deps: Deps, ejection: EjectionStep | None = None) -> None:
         self._deps = deps
         self._agents = deps.informer(kinds.VSPHERE_AGENT)
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
@@ -72,8 +92,12 @@ class VmReconciler:
             )
             return None
         if adopt.is_adopted(ctx):
-            return await adopt.ensure_adopted(ctx)
-        return await vm_create.ensure_created(ctx)
+            result = await adopt.ensure_adopted(ctx)
+        else:
+            result = await vm_create.ensure_created(ctx)
+        if self._ejection is None:
+            return result
+        return _merged(result, await self._ejection.reconcile(ctx=ctx))
 
     async def _add_finalizer(self, agent: VsphereAgent) -> None:
         """Merge patch guarded by the cached resourceVersion: a 409 retries with backoff
@@ -108,7 +132,7 @@ def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
 def controller(
     deps: Deps,
     *,
-    ejection: vm_delete.EjectionHook | None = None,
+    ejection: EjectionStep | None = None,
     retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
 ) -> Controller:
     """The `vm` controller over the app's informers (see the module doc)."""

@@ -1,0 +1,355 @@
+"""Stand-ins for the ISO ejection tests: raw objects, a scripted VM and a vSphere service.
+
+`FakeVm` behaves as DOMAIN.md section 4 says a vCenter VM does: a disconnect of a
+CD-ROM whose door the guest locked keeps its task running and raises the
+`msg.cdromdisconnect.locked` question; only that question's id answered "0" completes
+it. `FakeVsphere` has the `VsphereService` surface the ejection uses, checks markers,
+media and question ids as the real layer does, and records every call together with
+the phase of `status.isoEjection` stored in the `FakeApi` at that moment, so a test
+can prove a checkpoint came before the vSphere call it guards.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from agentforge import vsphere
+from agentforge.api import kinds
+from agentforge.api.pool import VsphereAgentPool
+from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.reconcilers.vm_context import VmContext
+from agentforge.vsphere import facts as vfacts
+from tests.unit.reconcilers import planner_support as ps
+from tests.unit.reconcilers.controller_support import FakeApi, Harness, harness
+
+JsonObj = dict[str, Any]
+
+UUID = ps.uuid(7)
+MAC = ps.mac(7)
+VA = "va1"
+VM = "vm-va1"
+AGENT = "agent1"
+DATACENTER = "dc1"
+PREFIX = f"agent-forge/{ps.NS}/{ps.POOL}"
+SHA = "ab" * 32
+ISO = f"[iso-ds] {PREFIX}/{SHA}.iso"
+SERVER = "vc.example.test:443"
+LOCK = vfacts.CDROM_LOCK_MESSAGE
+
+
+def markers(vsphere_agent: str = VA) -> vsphere.OwnershipMarkers:
+    return vsphere.OwnershipMarkers(
+        pool_namespace=ps.NS, pool_name=ps.POOL, pool_uid="pool-uid", vsphere_agent=vsphere_agent
+    )
+
+
+def cdrom(key: int = 3000, backing: str | None = ISO, *, connected: bool = True) -> vsphere.Cdrom:
+    return vsphere.Cdrom(
+        key=key,
+        controller_key=200,
+        unit_number=key - 3000,
+        kind=vsphere.MediumKind.ISO if backing else vsphere.MediumKind.CLIENT,
+        backing_file=backing,
+        connected=connected if backing else False,
+        start_connected=connected if backing else False,
+    )
+
+
+def question(qid: str = "_vmx1", message: str = LOCK) -> vsphere.Question:
+    return vsphere.Question(
+        id=qid,
+        text="question text",
+        message_ids=(message,),
+        choices=(vsphere.Choice("0", "Yes"), vsphere.Choice("1", "No")),
+    )
+
+
+def vm_facts(
+    *,
+    cdroms: tuple[vsphere.Cdrom, ...] = (),
+    owner: vsphere.OwnershipMarkers | None = None,
+    unmarked: bool = False,
+    pending: vsphere.Question | None = None,
+    bios_uuid: str = UUID,
+    mac: str = MAC,
+) -> vsphere.VmFacts:
+    return vsphere.VmFacts(
+        moid="vm-42",
+        name=VM,
+        bios_uuid=bios_uuid,
+        instance_uuid=ps.uuid(99),
+        primary_mac=mac,
+        macs=(mac,),
+        power_state=vsphere.PowerState.ON,
+        markers={} if unmarked else (owner or markers()).to_extra_config(),
+        cdroms=cdroms or (cdrom(),),
+        question=pending,
+    )
+
+
+def installed_agent(
+    name: str = AGENT,
+    *,
+    installed: str = "True",
+    bios_uuid: str = UUID,
+    macs: tuple[str, ...] = (MAC,),
+    deleting: bool = False,
+) -> JsonObj:
+    obj = ps.agent_obj(
+        name, bios_uuid=bios_uuid, macs=macs, bound_to="am-1", approved=True, deleting=deleting
+    )
+    reason = "InstallationCompleted" if installed == "True" else "InstallationInProgress"
+    obj["status"]["conditions"] = [
+        {"type": "Bound", "status": "True", "reason": "Bound"},
+        {"type": "Installed", "status": installed, "reason": reason},
+    ]
+    return obj
+
+
+def vsphere_agent(**kw: Any) -> JsonObj:
+    kw.setdefault("vm_name", VM)
+    kw.setdefault("bios_uuid", UUID)
+    kw.setdefault("mac_address", MAC)
+    kw.setdefault("agent_ref", AGENT)
+    kw.setdefault("ready_since", ps.ago(hours=1))
+    kw.setdefault("phase", "Bound")
+    record = kw.pop("record", None)
+    obj = ps.vsphere_agent_obj(VA, **kw)
+    obj["metadata"]["generation"] = 1
+    obj["metadata"]["finalizers"] = ["agent-forge.containeroo.ch/vsphere-agent"]
+    if record is not None:
+        obj["status"]["isoEjection"] = record
+    return obj
+
+
+def record(**fields: Any) -> JsonObj:
+    """A stored `status.isoEjection`, as this operator writes it."""
+    base: JsonObj = {
+        "vmName": VM,
+        "biosUUID": UUID,
+        "ownerUID": f"uid-va-{VA}",
+        "ownership": {
+            "poolNamespace": ps.NS,
+            "poolName": ps.POOL,
+            "poolUID": "pool-uid",
+            "vsphereAgent": VA,
+        },
+        "server": SERVER,
+        "datacenter": DATACENTER,
+        "deviceKey": 3000,
+        "isoPath": ISO,
+        "phase": "Recorded",
+        "disconnectStarted": False,
+        "startedAt": "2026-03-01T11:59:00Z",
+        "attempts": 0,
+    }
+    base.update(fields)
+    if base["phase"] != "Recorded":
+        base["disconnectStarted"] = True
+    return base
+
+
+# --- the scripted VM and service -----------------------------------------------------------
+
+
+@dataclass
+class FakeVm:
+    cdroms: dict[int, vsphere.Cdrom] = field(default_factory=lambda: {3000: cdrom()})
+    owner: vsphere.OwnershipMarkers | None = field(default_factory=markers)
+    """None: an unmarked VM (made by the Go operator)."""
+    questions: list[vsphere.Question] = field(default_factory=list)
+    locked: bool = False
+    running: int | None = None
+    """Device key of our reconfigure while it runs."""
+    next_question: int = 1
+    task: str = "task-7"
+
+    def facts(self) -> vsphere.VmFacts:
+        return vm_facts(
+            cdroms=tuple(self.cdroms[k] for k in sorted(self.cdroms)),
+            owner=self.owner,
+            unmarked=self.owner is None,
+            pending=self.questions[0] if self.questions else None,
+        )
+
+    def finish(self, key: int) -> None:
+        self.cdroms[key] = dataclasses.replace(
+            self.cdroms[key],
+            kind=vsphere.MediumKind.CLIENT,
+            backing_file=None,
+            connected=False,
+            start_connected=False,
+        )
+        self.running = None
+
+
+@dataclass
+class FakeVsphere:
+    api: FakeApi
+    vm: FakeVm | None = field(default_factory=FakeVm)
+    calls: list[tuple[str, str | None]] = field(default_factory=list)
+    fail: dict[str, vsphere.VsphereError] = field(default_factory=dict)
+    credentials: Any = field(default_factory=lambda: SimpleNamespace(netloc=SERVER))
+
+    def _stored_phase(self) -> str | None:
+        obj = self.api.find(kinds.VSPHERE_AGENT, ps.NS, VA) or {}
+        return ((obj.get("status") or {}).get("isoEjection") or {}).get("phase")
+
+    def _call(self, method: str) -> FakeVm:
+        self.calls.append((method, self._stored_phase()))
+        if method in self.fail:
+            raise self.fail.pop(method)
+        if self.vm is None:
+            raise vsphere.NotFound("no such VM")
+        return self.vm
+
+    def methods(self) -> list[str]:
+        return [m for m, _ in self.calls]
+
+    async def vm_by_uuid(self, *, datacenter: str, bios_uuid: str) -> vsphere.VmFacts | None:
+        self.calls.append(("vm_by_uuid", self._stored_phase()))
+        if "vm_by_uuid" in self.fail:
+            raise self.fail.pop("vm_by_uuid")
+        return None if self.vm is None else self.vm.facts()
+
+    async def eject_cdrom(
+        self,
+        *,
+        datacenter: str,
+        vm_uuid: str,
+        device_key: int,
+        expected_backing: str,
+        markers: vsphere.OwnershipMarkers,
+    ) -> vsphere.EjectOutcome:
+        vm = self._call("eject_cdrom")
+        if vm.owner != markers:
+            raise vsphere.OwnershipMismatch("not ours")
+        device = vm.cdroms[device_key]
+        if device.backing_file != expected_backing:
+            raise vsphere.MediaMismatch("media changed")
+        vm.running = device_key
+        if vm.locked:
+            asked = question(f"_vmx{vm.next_question}")
+            vm.next_question += 1
+            vm.questions.append(asked)
+            return vsphere.EjectOutcome(
+                vsphere.EjectState.QUESTION_PENDING,
+                "vm-42",
+                device_key,
+                task_id=vm.task,
+                question=vm.questions[0],
+            )
+        vm.finish(device_key)
+        return vsphere.EjectOutcome(
+            vsphere.EjectState.EJECTED, "vm-42", device_key, task_id=vm.task
+        )
+
+    async def stamp_markers(
+        self, *, datacenter: str, bios_uuid: str, markers: vsphere.OwnershipMarkers
+    ) -> vsphere.VmFacts:
+        vm = self._call("stamp_markers")
+        vm.owner = markers
+        return vm.facts()
+
+    async def answer_cdrom_lock_question(
+        self, *, datacenter: str, vm_uuid: str, question_id: str, markers: vsphere.OwnershipMarkers
+    ) -> None:
+        vm = self._call(f"answer:{question_id}")
+        shown = vm.questions[0] if vm.questions else None
+        if shown is None or shown.id != question_id or not shown.is_cdrom_lock:
+            raise vsphere.QuestionRefused("not the recorded lock question")
+        vm.questions.pop(0)
+        vm.locked = False
+        if vm.running is not None:
+            vm.finish(vm.running)
+
+    async def resume_eject(
+        self, *, datacenter: str, vm_uuid: str, device_key: int
+    ) -> vsphere.EjectOutcome:
+        vm = self._call("resume_eject")
+        if vm.running is not None and vm.questions:
+            return vsphere.EjectOutcome(
+                vsphere.EjectState.QUESTION_PENDING,
+                "vm-42",
+                device_key,
+                task_id=vm.task,
+                question=vm.questions[0],
+            )
+        if vm.running is not None:
+            vm.finish(vm.running)
+            return vsphere.EjectOutcome(
+                vsphere.EjectState.EJECTED, "vm-42", device_key, task_id=vm.task
+            )
+        found = vm.cdroms.get(device_key)
+        if found is not None and found.backing_file is None:
+            return vsphere.EjectOutcome(
+                vsphere.EjectState.EJECTED, "vm-42", device_key, cdrom=found
+            )
+        return vsphere.EjectOutcome(
+            vsphere.EjectState.NOT_EJECTED,
+            "vm-42",
+            device_key,
+            cdrom=found,
+            question=vm.questions[0] if vm.questions else None,
+        )
+
+
+# --- a reconcile's context over the fakes ----------------------------------------------------
+
+
+@dataclass
+class Setup:
+    h: Harness
+    service: FakeVsphere
+
+    @property
+    def api(self) -> FakeApi:
+        return self.h.api
+
+    def stored(self) -> JsonObj:
+        obj = self.api.find(kinds.VSPHERE_AGENT, ps.NS, VA)
+        assert obj is not None
+        return obj
+
+    def stored_record(self) -> JsonObj | None:
+        return (self.stored().get("status") or {}).get("isoEjection")
+
+    def condition(self) -> JsonObj | None:
+        for c in (self.stored().get("status") or {}).get("conditions") or []:
+            if c["type"] == "ISOEjected":
+                return dict(c)
+        return None
+
+    def reason(self) -> str | None:
+        found = self.condition()
+        return found["reason"] if found else None
+
+    def ctx(self) -> VmContext:
+        """A fresh context from the cache (sync first), as each reconcile builds one."""
+        self.h.sync()
+        raw = copy.deepcopy(self.stored())
+        pool_raw = self.api.find(kinds.VSPHERE_AGENT_POOL, ps.NS, ps.POOL)
+        return VmContext(
+            deps=self.h.deps,
+            raw=raw,
+            agent=VsphereAgent.model_validate(raw),
+            pool=VsphereAgentPool.model_validate(pool_raw) if pool_raw else None,
+            now=ps.NOW,
+            _service=self.service,  # type: ignore[arg-type]
+        )
+
+    def vsphere_writes(self) -> list[str]:
+        return [m for m in self.service.methods() if m != "vm_by_uuid" and m != "resume_eject"]
+
+
+def setup(
+    *objs: JsonObj, vm: FakeVm | None = None, eject: bool = True, no_vm: bool = False
+) -> Setup:
+    pool = ps.pool_obj(iso={"ejectAfterInstall": eject})
+    h = harness(pool, *objs)
+    service = FakeVsphere(api=h.api, vm=None if no_vm else (vm or FakeVm()))
+    return Setup(h=h, service=service)

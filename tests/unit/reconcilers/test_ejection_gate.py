@@ -1,0 +1,207 @@
+"""When an ISO ejection may start: the gate (cache only) and the start plan (one VM read)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentforge import vsphere
+from agentforge.api import views
+from agentforge.api.conditions import ISOEjectedReason as R
+from agentforge.reconcilers import ejection_gate as gate
+from tests.unit.reconcilers import ejection_support as es
+from tests.unit.reconcilers import planner_support as ps
+
+POOL = "demo/workers"
+
+
+def agent(**kw: Any) -> views.Agent:
+    return views.Agent.model_validate(es.installed_agent(**kw))
+
+
+def decide(**kw: Any) -> gate.Hold | gate.Start:
+    args: dict[str, Any] = {
+        "enabled": True,
+        "pool": POOL,
+        "current": None,
+        "vm_name": es.VM,
+        "vm_ready": True,
+        "released": False,
+        "machine_deleting": None,
+        "agent": agent(),
+    }
+    args.update(kw)
+    return gate.gate(**args)
+
+
+def held(result: gate.Hold | gate.Start) -> R | None:
+    assert isinstance(result, gate.Hold), result
+    return result.reason
+
+
+# --- the gate ----------------------------------------------------------------------------
+
+
+def test_installed_true_starts_an_ejection() -> None:
+    assert isinstance(decide(), gate.Start)
+
+
+def test_a_pool_that_has_not_opted_in_shows_disabled_and_names_the_field() -> None:
+    result = decide(enabled=False)
+    assert held(result) is R.DISABLED
+    assert isinstance(result, gate.Hold)
+    assert "spec.iso.ejectAfterInstall" in result.message
+
+
+def test_bound_but_not_installed_never_starts_an_ejection() -> None:
+    result = decide(agent=agent(installed="False"))
+    assert held(result) is R.WAITING_FOR_INSTALLATION
+    assert isinstance(result, gate.Hold)
+    assert "Bound alone is not enough" in result.message
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"released": True}, "Released"),
+        ({"machine_deleting": "m-1"}, "Machine m-1"),
+        ({"agent": agent(deleting=True)}, "being deleted"),
+    ],
+)
+def test_scale_down_starts_no_new_ejection(change: dict[str, Any], why: str) -> None:
+    result = decide(**change)
+    assert held(result) is R.DISABLED
+    assert isinstance(result, gate.Hold)
+    assert why in result.message
+
+
+@pytest.mark.parametrize("change", [{"vm_ready": False}, {"vm_name": None}, {"agent": None}])
+def test_a_vm_without_an_installed_agent_waits(change: dict[str, Any]) -> None:
+    assert held(decide(**change)) is R.WAITING_FOR_INSTALLATION
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"enabled": False}, {"released": True}, {"agent": None}, {}],
+)
+def test_an_ejected_condition_is_kept(change: dict[str, Any]) -> None:
+    result = decide(current=R.EJECTED, **change)
+    assert held(result) is None
+
+
+def test_ejected_survives_opting_out_even_when_the_agent_reinstalls() -> None:
+    assert held(decide(current=R.EJECTED, enabled=False, agent=agent(installed="False"))) is None
+
+
+def test_a_reinstalling_worker_of_an_opted_in_pool_waits_to_be_ejected_again() -> None:
+    result = decide(current=R.EJECTED, agent=agent(installed="False"))
+    assert held(result) is R.WAITING_FOR_INSTALLATION
+
+
+def test_a_released_reclaimed_worker_keeps_ejected() -> None:
+    assert held(decide(current=R.EJECTED, released=True, agent=agent(installed="False"))) is None
+
+
+# --- which media is ours -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backing", "ours"),
+    [
+        (es.ISO, True),
+        (f"[iso-ds] {es.PREFIX}//{es.SHA}.iso", False),
+        (f"[ds1] {es.PREFIX}/{es.SHA}.iso", False),
+        (f"[iso-ds] agent-forge/other/{es.SHA}.iso", False),
+        (f"[iso-ds] {es.PREFIX}/nested/{es.SHA}.iso", False),
+        (f"[iso-ds] {es.PREFIX}/tools.iso", False),
+        (f"[iso-ds] {es.PREFIX}/{es.SHA.upper()}.iso", False),
+        (f"[iso-ds] {es.PREFIX}/{es.SHA[:-2]}.iso", False),
+        (f"[iso-ds] {es.PREFIX}/{es.SHA}.img", False),
+        (None, False),
+    ],
+)
+def test_only_a_content_addressed_file_in_the_pool_datastore_and_prefix_is_ours(
+    backing: str | None, ours: bool
+) -> None:
+    assert gate.is_content_addressed(backing, datastore="iso-ds", prefix=es.PREFIX) is ours
+
+
+def test_a_prefix_given_with_slashes_still_matches() -> None:
+    assert gate.is_content_addressed(es.ISO, datastore="iso-ds", prefix=f"/{es.PREFIX}/")
+
+
+# --- the start plan ------------------------------------------------------------------------
+
+
+def plan(vm: vsphere.VmFacts | None, **kw: Any) -> gate.StartPlan:
+    args: dict[str, Any] = {
+        "vm": vm,
+        "vm_name": es.VM,
+        "bios_uuid": es.UUID,
+        "datacenter": es.DATACENTER,
+        "expected": es.markers(),
+        "agent": agent(),
+        "datastore": "iso-ds",
+        "prefix": es.PREFIX,
+    }
+    args.update(kw)
+    return gate.plan_start(**args)
+
+
+def test_the_cdrom_holding_the_pool_iso_is_chosen_and_a_second_cdrom_is_not() -> None:
+    other = es.cdrom(3001, "[iso-ds] tools/vmware-tools.iso")
+    result = plan(es.vm_facts(cdroms=(other, es.cdrom(3002))))
+    assert result.cdrom is not None
+    assert result.cdrom.key == 3002
+
+
+def test_a_vm_holding_only_unrelated_media_has_nothing_to_eject_and_says_what_stays() -> None:
+    other = es.cdrom(3000, f"[iso-ds] {es.PREFIX}/tools.iso")
+    result = plan(es.vm_facts(cdroms=(other,)))
+    assert result.cdrom is None
+    assert result.reason is R.EJECTED
+    assert "tools.iso" in result.message
+
+
+def test_a_vm_with_another_owners_markers_is_refused() -> None:
+    foreign = es.markers(vsphere_agent="someone-else")
+    result = plan(es.vm_facts(owner=foreign))
+    assert result.cdrom is None
+    assert result.reason is R.EJECTION_FAILED
+    assert "nothing was touched" in result.message
+
+
+def test_an_unmarked_vm_with_the_recorded_name_counts_as_ours() -> None:
+    result = plan(es.vm_facts(unmarked=True))
+    assert result.cdrom is not None
+
+
+def test_an_unmarked_vm_with_another_name_is_refused() -> None:
+    result = plan(es.vm_facts(unmarked=True), vm_name="another-vm")
+    assert result.reason is R.EJECTION_FAILED
+
+
+def test_an_agent_whose_serial_is_another_vm_is_refused() -> None:
+    result = plan(es.vm_facts(), agent=agent(bios_uuid=ps.uuid(8)))
+    assert result.reason is R.EJECTION_FAILED
+    assert "serial" in result.message
+
+
+def test_an_agent_whose_macs_are_not_the_vms_is_refused() -> None:
+    result = plan(es.vm_facts(), agent=agent(macs=(ps.mac(8),)))
+    assert result.reason is R.EJECTION_FAILED
+    assert "MAC" in result.message
+
+
+def test_a_question_pending_before_the_start_is_not_ours_and_nothing_starts() -> None:
+    result = plan(es.vm_facts(pending=es.question(message="msg.uuid.altered")))
+    assert result.cdrom is None
+    assert result.reason is R.EJECTION_FAILED
+    assert "did not raise" in result.message
+
+
+def test_a_vm_that_is_gone_is_reported() -> None:
+    result = plan(None)
+    assert result.reason is R.EJECTION_FAILED
+    assert es.UUID in result.message
