@@ -17,7 +17,8 @@ that finished before it joined the view would otherwise be reported late).
 
 After a re-login the collector, view and filter are gone with the old session: the
 waiter rebuilds them and re-registers everything still in flight. A task vCenter no
-longer knows fails its waiters with `errors.NotFound`, never with success.
+longer knows fails its waiters with `errors.NotFound`, never with success, and only
+them: should vCenter refuse the whole view for it, the others are watched on.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentforge.vsphere import errors, props
+from agentforge.vsphere import errors, task_view
+from agentforge.vsphere.task_run import run_task, task_outcome
+from agentforge.vsphere.task_view import QUESTION_PATH, TASK_PATHS
 from agentforge.vsphere.vmomi import vim, vmodl
 
 if TYPE_CHECKING:
@@ -39,8 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TASK_PATHS = ("info.state", "info.error", "info.result")
-QUESTION_PATH = "runtime.question"
+__all__ = ["QUESTION_PATH", "TASK_PATHS", "TaskWaiter", "run_task", "task_outcome"]
+
 REMOVE_BATCH = 32
 
 
@@ -50,14 +53,6 @@ class _Watch:
     done: Callable[[dict[str, Any]], bool]
     terminal: bool  # True for tasks: once done, their properties never change again
     futures: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
-
-
-@dataclass(eq=False)
-class _Collector:
-    pc: Any
-    view: Any
-    generation: int
-    version: str = ""
 
 
 class TaskWaiter:
@@ -71,7 +66,7 @@ class TaskWaiter:
         self._in_view: set[str] = set()
         self._to_add: dict[str, Any] = {}
         self._to_remove: dict[str, Any] = {}
-        self._collector: _Collector | None = None
+        self._collector: task_view.Collector | None = None
         self._setup_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
         self._active = asyncio.Event()
@@ -221,16 +216,25 @@ class TaskWaiter:
                     await self._modify(collector, add={}, remove=remove)
                     remove = {}
                 missing = await self._modify(collector, add=add, remove=remove)
-                if add:
-                    await self._refresh_poll(collector)
-            except errors.VsphereError:
+            except errors.VsphereError as exc:
                 for key, ref in add.items():
                     self._to_add.setdefault(key, ref)
+                for key, ref in remove.items():
+                    if key not in self._watches:  # (a task watched again stays in view)
+                        self._to_remove.setdefault(key, ref)
+                # A refused list: drop the references vCenter no longer knows, retry the rest.
+                if isinstance(exc, task_view.MEMBER_FAULTS) and await self._drop_gone(
+                    [*add.values(), *remove.values()]
+                ):
+                    self._flush_wanted.set()
+                    return
                 raise
-            for ref in missing or []:
-                self._fail(ref._moId, errors.NotFound(f"vCenter no longer knows {ref._moId}"))
+            for ref in missing:
+                self._forget(ref._moId, task_view.gone_error(ref))
+            if add:
+                await self._refresh_poll(collector)
 
-    async def _refresh_poll(self, collector: _Collector) -> None:
+    async def _refresh_poll(self, collector: task_view.Collector) -> None:
         """Make the next poll report the objects just added, without waiting."""
         self._fresh = True
         if self._polling:
@@ -241,13 +245,10 @@ class TaskWaiter:
             )
 
     async def _modify(
-        self, collector: _Collector, *, add: dict[str, Any], remove: dict[str, Any]
-    ) -> Any:
-        adding, removing = list(add.values()), list(remove.values())
-        missing = await self._session.call(
-            lambda: collector.view.ModifyListView(add=adding, remove=removing),
-            subject="task list view",
-            action="register tasks in",
+        self, collector: task_view.Collector, *, add: dict[str, Any], remove: dict[str, Any]
+    ) -> list[Any]:
+        missing = await task_view.modify(
+            self._session, collector, add=list(add.values()), remove=list(remove.values())
         )
         self._in_view.update(add)
         self._in_view.difference_update(remove)
@@ -256,39 +257,41 @@ class TaskWaiter:
             self._finished.pop(key, None)
         return missing
 
-    async def _ensure_collector(self) -> _Collector:
+    async def _ensure_collector(self) -> task_view.Collector:
         async with self._setup_lock:
             current = self._collector
             if current is not None and current.generation == self._session.generation:
                 return current
-            refs = [w.ref for w in self._watches.values()]
             self._to_add.clear()
             self._to_remove.clear()
             self._in_view.clear()
             self._props.clear()
             self._finished.clear()
-            generation = self._session.generation
-            content = self._session.content
-
-            def build() -> tuple[Any, Any]:
-                pc = content.propertyCollector.CreatePropertyCollector()
-                view = content.viewManager.CreateListView(obj=refs)
-                pc.CreateFilter(
-                    props.view_filter_spec(
-                        view,
-                        [(vim.Task, TASK_PATHS), (vim.VirtualMachine, (QUESTION_PATH,))],
-                    ),
-                    partialUpdates=True,
-                )
-                return pc, view
-
-            pc, view = await self._session.call(
-                build, subject="task waiter", action="set up property collector for"
-            )
+            while True:
+                refs = [w.ref for w in self._watches.values()]
+                try:
+                    collector = await task_view.build(self._session, refs)
+                    break
+                except task_view.MEMBER_FAULTS:
+                    # One stale reference fails the whole list: drop it, build for the rest.
+                    if not await self._drop_gone(refs):
+                        raise
             self._in_view.update(r._moId for r in refs)
-            self._collector = _Collector(pc=pc, view=view, generation=generation)
+            self._collector = collector
             self._fresh = True
-            return self._collector
+            return collector
+
+    async def _drop_gone(self, refs: list[Any]) -> bool:
+        """Fail the watchers of the references vCenter no longer knows; True if any."""
+        try:
+            gone = await task_view.gone(self._session, refs)
+        except errors.VsphereError as exc:
+            log.debug("could not tell which watched objects are gone: %s", exc)
+            return False
+        for ref in gone:
+            log.info("vCenter no longer knows watched %s", task_view.describe(ref))
+            self._forget(ref._moId, task_view.gone_error(ref))
+        return bool(gone)
 
     # --- polling ----------------------------------------------------------------
 
@@ -329,12 +332,13 @@ class TaskWaiter:
                 if isinstance(err, errors.SessionExpired):
                     await self._relogin(generation)
                     continue
-                if isinstance(err, errors.NotFound):
-                    self._collector = None  # our collector vanished: rebuild it
+                if not isinstance(err, errors.TransientError):
+                    self._collector = None  # rebuilt, over the objects vCenter still knows
+                if isinstance(err, errors.NotFound) and await self._drop_gone(
+                    [w.ref for w in self._watches.values()]  # was a watched object to blame?
+                ):
                     continue
                 log.warning("waiting for vCenter tasks failed, retrying: %s", err)
-                if not isinstance(err, errors.TransientError):
-                    self._collector = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._session.options.retry_max_seconds)
                 continue
@@ -346,8 +350,8 @@ class TaskWaiter:
         try:
             await self._session.relogin(seen=generation)
         except errors.VsphereError as exc:
-            for key in list(self._watches):
-                self._fail(key, exc)
+            for key in list(self._watches):  # the old session's view is gone with it
+                self._forget(key, exc)
             await asyncio.sleep(self._session.options.retry_max_seconds)
 
     def _apply(self, updates: Any) -> None:
@@ -372,32 +376,20 @@ class TaskWaiter:
                     watch.futures.clear()
                     self._unwatch(key, watch)
 
-    def _fail(self, key: str, exc: BaseException) -> None:
-        watch = self._watches.get(key)
-        if watch is None:
-            return
-        for fut in watch.futures:
-            if not fut.done():
-                fut.set_exception(exc)
-
-
-async def run_task(
-    session: Session,
-    start: Callable[[], Any],
-    *,
-    subject: str,
-    action: str,
-    on_started: Callable[[str], Awaitable[None]] | None = None,
-) -> Any:
-    """Start a task and wait for it; transient task faults restart it (tenacity).
-    `on_started(moref)` runs for each started task before the wait (to record it)."""
-    async for attempt in session.retrying():
-        with attempt:
-            task = await session.call(start, subject=subject, action=action)
-            if on_started is not None:
-                await on_started(str(task._moId))
-            return await session.waiter.wait(task, subject=subject, action=action)
-    raise AssertionError("unreachable")  # pragma: no cover
+    def _forget(self, key: str, exc: BaseException) -> None:
+        """Fail the object's watchers and forget it now: no view change or rebuild may
+        carry it again (vCenter does not know it, or the view went with the session)."""
+        watch = self._watches.pop(key, None)
+        for table in (self._to_add, self._to_remove, self._props, self._finished):
+            table.pop(key, None)
+        self._in_view.discard(key)
+        if watch is not None:
+            for fut in watch.futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+            watch.futures.clear()
+        if not self._watches:
+            self._active.clear()
 
 
 def _task_done(props: dict[str, Any]) -> bool:
@@ -406,20 +398,3 @@ def _task_done(props: dict[str, Any]) -> bool:
 
 def _has_question(props: dict[str, Any]) -> bool:
     return props.get(QUESTION_PATH) is not None
-
-
-def task_outcome(props: dict[str, Any], *, subject: str, action: str) -> Any:
-    """The result of a finished task, or its fault as a typed error."""
-    if props.get("info.state") == "success":
-        return props.get("info.result")
-    fault = props.get("info.error")
-    # pyVmomi deserializes LocalizedMethodFault as the fault itself (message in `msg`).
-    inner = fault if isinstance(fault, BaseException) else getattr(fault, "fault", None)
-    if isinstance(inner, BaseException):
-        err = errors.classify(inner, subject=subject, action=action)
-        return _raise(err)
-    return _raise(errors.TaskFailed(f"{action} {subject} failed without a fault", subject=subject))
-
-
-def _raise(err: errors.VsphereError) -> Any:
-    raise err

@@ -16,6 +16,7 @@ from agentforge.vsphere import (
     TaskFailed,
     TaskState,
     VsphereService,
+    task_facts,
 )
 from tests.vcsim import support
 
@@ -114,6 +115,47 @@ async def test_a_task_vcenter_does_not_know_is_not_found_never_an_outcome(
         await service.task(task_ref="task-99999999")
     with pytest.raises(NotFound):
         await service.wait_for_task(task_ref="task-99999999")
+
+
+async def test_a_stale_task_reference_fails_fast_and_never_stalls_the_other_waits(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    """One filter watches every task: a reference vCenter does not know must fail alone,
+    with NotFound naming it, while a real task watched beside it still completes."""
+    session = await service.session()
+    await service.preflight(placement=placement)
+    await vcsim.control.set_delay("CreateVM_Task", 3000, stage="task")
+    gone: list[asyncio.Future[Any]] = []
+    started = asyncio.Event()
+
+    def wait_for_stale(moid: str) -> asyncio.Future[Any]:
+        ref = task_facts.task_ref(session, moid)
+        return asyncio.ensure_future(
+            session.waiter.wait(ref, subject=f"task {moid}", action="wait for")
+        )
+
+    async def on_task(_: str) -> None:
+        # registered in the same tick as the real task's wait: one filter (or one
+        # view change) is asked to hold both
+        gone.append(wait_for_stale("task-99999991"))
+        started.set()
+
+    create = asyncio.ensure_future(
+        service.create_vm(request=support.request(placement, markers), on_task=on_task)
+    )
+    try:
+        await asyncio.wait_for(started.wait(), timeout=10)
+        with pytest.raises(NotFound, match="task-99999991") as caught:
+            await asyncio.wait_for(gone[0], timeout=2)
+        assert caught.value.subject == "task task-99999991"
+        # a stale reference joining the filter later fails just as fast
+        with pytest.raises(NotFound, match="task-99999992"):
+            await asyncio.wait_for(wait_for_stale("task-99999992"), timeout=2)
+        assert not create.done()  # failed fast: the real task is still running
+    finally:
+        vm = await asyncio.wait_for(create, timeout=30)
+    assert vm.power_state.value == "poweredOn"
+    assert await support.vm_names_in_folder(service, placement) == [vm.name]
 
 
 async def test_a_second_create_of_a_name_still_being_created_waits_not_conflicts(
