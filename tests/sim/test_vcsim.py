@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import re
 import selectors
 import signal
 import ssl
@@ -213,6 +214,175 @@ def test_vms_connect_to_the_standard_and_the_distributed_port_group(
         assert wait_task(task) == vim.TaskInfo.State.success, task.info.error
         assert [n.name for n in task.info.result.network] == [network]
         assert wait_task(task.info.result.Destroy_Task()) == vim.TaskInfo.State.success
+
+
+# --- NIC MAC addresses ---------------------------------------------------------------------
+
+VCENTER_MAC = re.compile(r"00:50:56:[89ab][0-9a-f]:[0-9a-f]{2}:[0-9a-f]{2}")  # 4th octet 0x80-0xBF
+
+
+def nics_by_vm(si: vim.ServiceInstance) -> dict[str, list[tuple[int, str, str, str | None]]]:
+    """Every VM's NICs, as (key, MAC, addressType, MAC in guest.net), in one collector read."""
+    content = si.content
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    pc = vmodl.query.PropertyCollector
+    spec = pc.FilterSpec(
+        objectSet=[
+            pc.ObjectSpec(
+                obj=view,
+                skip=True,
+                selectSet=[pc.TraversalSpec(name="v", path="view", type=vim.view.ContainerView)],
+            )
+        ],
+        propSet=[
+            pc.PropertySpec(
+                type=vim.VirtualMachine, pathSet=["name", "config.hardware.device", "guest.net"]
+            )
+        ],
+    )
+    out: dict[str, list[tuple[int, str, str, str | None]]] = {}
+    try:
+        result = content.propertyCollector.RetrievePropertiesEx([spec], pc.RetrieveOptions())
+        while result is not None:
+            for obj in result.objects:
+                props = {p.name: p.val for p in obj.propSet}
+                guest = {n.deviceConfigId: n.macAddress for n in props.get("guest.net") or []}
+                out[props["name"]] = [
+                    (d.key, d.macAddress, d.addressType, guest.get(d.key))
+                    for d in props["config.hardware.device"]
+                    if isinstance(d, vim.vm.device.VirtualEthernetCard)
+                ]
+            token = result.token
+            result = (
+                content.propertyCollector.ContinueRetrievePropertiesEx(token) if token else None
+            )
+    finally:
+        view.DestroyView()
+    return out
+
+
+def nic_spec(
+    operation: str = "add", *, mac: str | None = None, address_type: str = "generated"
+) -> vim.vm.device.VirtualDeviceSpec:
+    nic = vim.vm.device.VirtualVmxnet3(
+        key=-1,
+        addressType=address_type,
+        macAddress=mac,
+        backing=vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(deviceName="VM Network"),
+    )
+    return vim.vm.device.VirtualDeviceSpec(operation=operation, device=nic)
+
+
+def test_nic_macs_are_unique_vcenter_addresses_across_creates_clones_and_reconfigures(
+    vcsim_factory: Callable[..., Vcsim],
+) -> None:
+    # The simulator alone derives a MAC from 3 hex digits of the BIOS UUID: 300 VMs would
+    # share about 10 of them. vCenter assigns unique ones from 00:50:56:80:00:00-bf:ff:ff.
+    simulator = vcsim_factory(vms=300)
+    si = connect(simulator)
+    try:
+        before = nics_by_vm(si)
+        assert len(before) == 300
+        macs = [nic[1] for nics in before.values() for nic in nics]
+        assert len(macs) == 300, "one NIC per VM"
+        assert len(set(macs)) == 300, "no MAC twice"
+        for nics in before.values():
+            for _key, mac, address_type, guest_mac in nics:
+                assert VCENTER_MAC.fullmatch(mac), mac
+                assert address_type == "assigned"
+                assert guest_mac == mac, "guest.net shows the NIC's MAC"
+
+        # A manual MAC is kept as given, and never handed out: one just outside vCenter's
+        # generated range, and the very address the counter would hand out next.
+        highest = max(int(m.replace(":", ""), 16) for m in macs)
+        upcoming = ":".join(f"{highest + 1:012x}"[i : i + 2] for i in range(0, 12, 2))
+        manual = {"manual-a": "00:50:56:3f:00:07", "manual-b": upcoming}
+        root = find(si, "dc1").vmFolder
+        pool = find(si, "dc1/host/cluster/Resources")
+
+        def create(name: str, *changes: vim.vm.device.VirtualDeviceSpec) -> vim.Task:
+            spec = vim.vm.ConfigSpec(
+                name=name,
+                numCPUs=1,
+                memoryMB=128,
+                files=vim.vm.FileInfo(vmPathName="[ds1]"),
+                deviceChange=list(changes),
+            )
+            return root.CreateVM_Task(config=spec, pool=pool)
+
+        tasks = [create(n, nic_spec(mac=m, address_type="manual")) for n, m in manual.items()]
+        # Creations, clones and NICs added by reconfigure, all in flight at once.
+        tasks += [create(f"created-{i}", nic_spec(), nic_spec()) for i in range(20)]
+        # A non-manual MAC in the spec is vCenter's to choose, even one already in use.
+        tasks.append(
+            create("taken-mac", nic_spec(mac=before["vm1"][0][1], address_type="assigned"))
+        )
+        vm1 = find(si, "dc1/vm/vm1")
+        tasks += [
+            vm1.CloneVM_Task(
+                folder=root,
+                name=f"clone-{i}",
+                spec=vim.vm.CloneSpec(location=vim.vm.RelocateSpec()),
+            )
+            for i in range(10)
+        ]
+        reconfigured = [find(si, f"dc1/vm/vm{i}") for i in range(10, 20)]
+        tasks += [
+            vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[nic_spec()]))
+            for vm in reconfigured
+        ]
+        for task in tasks:
+            assert wait_task(task, timeout=60) == vim.TaskInfo.State.success, task.info.error
+
+        # Editing a NIC (macAddress left empty) keeps its MAC, as on vCenter.
+        vm2 = find(si, "dc1/vm/vm2")
+        (nic,) = [
+            d
+            for d in vm2.config.hardware.device
+            if isinstance(d, vim.vm.device.VirtualEthernetCard)
+        ]
+        nic.macAddress = None
+        nic.connectable = vim.vm.device.VirtualDevice.ConnectInfo(
+            startConnected=True, connected=True, allowGuestControl=True
+        )
+        edit = vim.vm.device.VirtualDeviceSpec(operation="edit", device=nic)
+        assert (
+            wait_task(vm2.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[edit])))
+            == vim.TaskInfo.State.success
+        )
+
+        # A destroyed VM's MAC is not handed to the next VM.
+        vm3 = find(si, "dc1/vm/vm3")
+        assert wait_task(vm3.PowerOffVM_Task()) == vim.TaskInfo.State.success
+        assert wait_task(vm3.Destroy_Task()) == vim.TaskInfo.State.success
+        assert wait_task(create("after-destroy", nic_spec())) == vim.TaskInfo.State.success
+
+        after = nics_by_vm(si)
+        assert len(after) == 300 - 1 + 2 + 20 + 1 + 10 + 1
+        assert after["vm2"] == before["vm2"]
+        for name, mac in manual.items():
+            assert [(n[1], n[2]) for n in after[name]] == [(mac, "manual")]
+        assert [n[1] for n in after["after-destroy"]] != [before["vm3"][0][1]]
+        assert len(after["taken-mac"]) == 1
+        assert after["taken-mac"][0][1] != before["vm1"][0][1]
+        for i in range(10):
+            assert len(after[f"clone-{i}"]) == 1
+        for vm in reconfigured:
+            assert len(after[vm.name]) == 2
+        assigned_macs = [
+            mac for name, nics in after.items() if name not in manual for _k, mac, _t, _g in nics
+        ]
+        assert len(assigned_macs) == 299 + 20 * 2 + 1 + 10 + 10 + 1
+        assert len(set(assigned_macs)) == len(assigned_macs), "no MAC twice"
+        assert not set(assigned_macs) & set(manual.values()), "a manual MAC is never handed out"
+        for name, nics in after.items():
+            for _key, mac, address_type, guest_mac in nics:
+                if name not in manual:
+                    assert VCENTER_MAC.fullmatch(mac), (name, mac)
+                    assert address_type in ("assigned", "generated"), (name, address_type)
+                assert guest_mac == mac, (name, mac, guest_mac)
+    finally:
+        Disconnect(si)
 
 
 # --- TLS ---------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ package main
 //     for every VM without Fault Tolerance or record/replay. The simulator leaves both
 //     enums empty, and pyVmomi refuses to deserialize an empty enum, so reading
 //     `runtime` or `summary` of any VM would fail.
-//   - A VirtualMachine that leaves the inventory takes its door lock and questions with
+//   - A VirtualMachine whose devices change gets unique vCenter-style NIC MACs (macs.go).
+//   - A VirtualMachine that leaves the inventory takes its door lock, questions and MACs with
 //     it; a reconfigure it was holding fails with ManagedObjectNotFound. One that stops
 //     running drops its door lock (the lock is the guest's).
 //   - FileManager tasks (DeleteDatastoreFile_Task, MoveDatastoreFile_Task,
@@ -52,11 +53,15 @@ func (h *registryHooks) PutObject(_ *simulator.Context, obj mo.Reference) {
 	}
 }
 
-// UpdateObject drops a VM's door lock when it stops running: a lock is the guest's.
+// UpdateObject settles the MACs of a VM whose devices changed (macs.go) and drops a VM's
+// door lock when it stops running: a lock is the guest's.
 func (h *registryHooks) UpdateObject(_ *simulator.Context, obj mo.Reference, changes []types.PropertyChange) {
 	vm, ok := obj.(*mo.VirtualMachine)
 	if !ok {
 		return
+	}
+	if touched, added := deviceChange(changes); touched {
+		h.in.macs.settle(vm, added)
 	}
 	for _, c := range changes {
 		if c.Name == "runtime.powerState" && c.Val != types.VirtualMachinePowerStatePoweredOn {
@@ -72,6 +77,7 @@ func (h *registryHooks) RemoveObject(ctx *simulator.Context, ref types.ManagedOb
 	if ref.Type != "VirtualMachine" {
 		return
 	}
+	h.in.macs.forget(ref)
 	h.in.mu.Lock()
 	delete(h.in.locked, ref)
 	queue := h.in.questions[ref]

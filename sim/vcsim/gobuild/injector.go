@@ -47,6 +47,7 @@ type Injector struct {
 	endedAt     time.Time
 	endedKeys   map[string]struct{}
 	names       map[nameKey]types.ManagedObjectReference // VM names held by creations in flight -> their task (names.go)
+	macs        *macAllocator                            // NIC MAC addresses (macs.go); its own mutex
 	counts      counters
 	log         requestLog
 
@@ -84,6 +85,7 @@ func newInjector(service *simulator.Service) *Injector {
 		registry:          service.Context.Map,
 		clearVAPISessions: func() int { return 0 },
 		names:             map[nameKey]types.ManagedObjectReference{},
+		macs:              newMACAllocator(),
 	}
 	in.resetLocked()
 	return in
