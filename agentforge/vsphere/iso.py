@@ -7,9 +7,14 @@ Promises:
 - the name `<prefix>/<sha256>.iso` is known only at the end, so bytes land under
   `<prefix>/.upload-<uuid>.iso` and are then moved to the final name, or deleted
   when the final file already exists; the temporary file is deleted on any failure;
+- the name is true: the digest covers exactly the bytes counted and sent, and is read
+  only once the last chunk's hash has finished (the datastore answers the PUT as soon
+  as it holds Content-Length bytes, which can be before the body generator is pulled
+  again, and aiohttp then cancels it: the pending hash must not be lost with it);
 - a cheap revalidation first: with the previous validators (ETag, Last-Modified,
-  Content-Length) a conditional GET is sent; 304, or a 200 carrying the same strong
-  validators, plus the final file present on the datastore -> nothing is downloaded;
+  Content-Length) a conditional GET is sent; 304 (not naming another ETag), or a 200
+  carrying the same strong validators (two different ETags are never the same
+  version), plus the final file present on the datastore -> nothing is downloaded;
 - TLS to the source is verified (optional CA bundle); size and timeouts are limits;
   bytes downloaded are counted (metric and result).
 """
@@ -51,13 +56,30 @@ class Validators:
         )
 
     def same_as(self, other: Validators) -> bool:
-        """Same resource version: equal strong ETag, else equal Last-Modified and length."""
-        if self.etag and other.etag and not self.etag.startswith("W/"):
-            return self.etag == other.etag
+        """Same resource version: equal strong ETag, else equal Last-Modified and length.
+
+        Two different ETags (weak or strong) are two versions, whatever Last-Modified
+        says: it has a resolution of one second, and a new image of the same size made
+        within that second would otherwise pass for the old one.
+        """
+        if self.etag and other.etag:
+            if self.etag != other.etag:
+                return False
+            if not self.etag.startswith("W/"):
+                return True
         return bool(
             self.last_modified
             and self.last_modified == other.last_modified
+            and self.content_length is not None
             and self.content_length == other.content_length
+        )
+
+    def contradicts(self, other: Validators) -> bool:
+        """Both carry an ETag and they differ, even weakly compared (RFC 9110 8.8.3.2)."""
+        return bool(
+            self.etag
+            and other.etag
+            and self.etag.removeprefix("W/") != other.etag.removeprefix("W/")
         )
 
 
@@ -157,30 +179,31 @@ async def _ensure(
         try:
             async with client.get(source.url, headers=headers, auto_decompress=False) as resp:
                 validators = Validators.of(resp.headers)
-                if previous is not None and (
-                    resp.status == 304
-                    or (resp.status == 200 and previous.validators.same_as(validators))
-                ):
-                    kept = await _reuse(
-                        session,
-                        where=where,
-                        prefix=prefix,
-                        previous=previous,
-                        validators=validators,
-                    )
-                    if kept is not None:
-                        metrics.iso_op("revalidate", "unchanged")
-                        return kept
-                    if resp.status == 200:
-                        return await _transfer(
+                if resp.status == 304 and previous is not None:
+                    # A 304 naming another ETag than the one asked about is no answer.
+                    if not previous.validators.contradicts(validators):
+                        kept = await _reuse(
                             session,
-                            resp=resp,
-                            validators=validators,
                             where=where,
                             prefix=prefix,
-                            limits=limits,
+                            previous=previous,
+                            validators=validators,
                         )
+                        if kept is not None:
+                            metrics.iso_op("revalidate", "unchanged")
+                            return kept
                 elif resp.status == 200:
+                    if previous is not None and previous.validators.same_as(validators):
+                        kept = await _reuse(
+                            session,
+                            where=where,
+                            prefix=prefix,
+                            previous=previous,
+                            validators=validators,
+                        )
+                        if kept is not None:
+                            metrics.iso_op("revalidate", "unchanged")
+                            return kept
                     return await _transfer(
                         session,
                         resp=resp,
@@ -191,7 +214,8 @@ async def _ensure(
                     )
                 else:
                     raise _source_error(source, resp.status)
-            # 304 but the file is gone from the datastore: fetch it again, unconditionally.
+            # 304 but the file is gone from the datastore (or the 304 contradicted the
+            # stored ETag): fetch it again, unconditionally.
             async with client.get(
                 source.url, headers={"Accept-Encoding": "identity"}, auto_decompress=False
             ) as resp:
@@ -256,33 +280,29 @@ async def _transfer(
             f"{limits.max_bytes}; raise the limit or check the InfraEnv",
             subject=_safe(str(resp.url)),
         )
-    digest = hashlib.sha256()
+    hasher = _ChunkHasher()
     counted = [0]
     source_failure: list[errors.VsphereError] = []
 
     async def chunks() -> AsyncIterator[bytes]:
         # Errors raised here reach us wrapped by the PUT; remember the real cause.
-        # Each chunk is hashed on a worker thread (hashlib releases the GIL) while the
-        # event loop sends it on; the next chunk waits for that hash, so order holds.
-        loop = asyncio.get_running_loop()
-        hashing: asyncio.Future[None] | None = None
+        # A chunk is counted and handed to the hasher right before it is yielded, so
+        # what was counted, hashed and sent is always the same sequence of chunks.
+        # The PUT may stop pulling (and cancel this generator) as soon as the datastore
+        # has answered, which it does once it holds Content-Length bytes: the hash of
+        # the last chunk may then still be pending; `hasher.hexdigest()` waits for it.
         try:
             async for chunk in resp.content.iter_chunked(limits.chunk_bytes):
-                counted[0] += len(chunk)
                 metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
-                if counted[0] > limits.max_bytes:
+                if counted[0] + len(chunk) > limits.max_bytes:
                     raise errors.SizeLimitExceeded(
                         f"the ISO at {_safe(str(resp.url))} exceeds the limit of "
                         f"{limits.max_bytes} bytes; upload abandoned",
                         subject=_safe(str(resp.url)),
                     )
-                if hashing is not None:
-                    await hashing
-                hashing = loop.run_in_executor(None, digest.update, chunk)
+                await hasher.add(chunk)
+                counted[0] += len(chunk)
                 yield chunk
-            if hashing is not None:
-                await hashing
-                hashing = None
         except errors.VsphereError as exc:
             source_failure.append(exc)
             raise
@@ -306,7 +326,7 @@ async def _transfer(
                 raise source_failure[0] from None
             raise
         _check_complete(got=counted[0], declared=declared, url=str(resp.url))
-        sha = digest.hexdigest()
+        sha = await hasher.hexdigest(expected_bytes=counted[0])
         final = final_path(prefix, sha)
         reused = await datastore.exists(session, where=where, path=final)
         if not reused:
@@ -329,6 +349,43 @@ async def _transfer(
         bytes_downloaded=counted[0],
         reused=reused,
     )
+
+
+class _ChunkHasher:
+    """sha256 of chunks in order, each hashed on a worker thread (hashlib releases the
+    GIL) while the event loop sends it on; the next chunk waits for the previous hash.
+
+    The pending hash is shielded: when the generator feeding the PUT is cancelled (the
+    PUT ended before pulling again), the executor job is neither cancelled nor lost, and
+    `hexdigest` waits for it. It refuses to name a digest over other bytes than those
+    counted, so a file is never named after a hash of part of its content.
+    """
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._pending: asyncio.Future[None] | None = None
+        self._hashed = 0
+
+    def _update(self, chunk: bytes) -> None:
+        self._digest.update(chunk)
+        self._hashed += len(chunk)
+
+    async def add(self, chunk: bytes) -> None:
+        if self._pending is not None:
+            await asyncio.shield(self._pending)
+        loop = asyncio.get_running_loop()
+        self._pending = loop.run_in_executor(None, self._update, chunk)
+
+    async def hexdigest(self, *, expected_bytes: int) -> str:
+        if self._pending is not None:
+            await asyncio.shield(self._pending)
+        if self._hashed != expected_bytes:
+            raise errors.TransientError(
+                f"the ISO digest covers {self._hashed} of {expected_bytes} bytes; not naming "
+                "the upload after it",
+                subject="iso digest",
+            )
+        return self._digest.hexdigest()
 
 
 def _check_complete(*, got: int, declared: int | None, url: str) -> None:

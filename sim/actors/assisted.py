@@ -4,7 +4,10 @@ Each tick reads every VM from vCenter in one query, and the InfraEnvs and Agents
 its namespaces, then:
 
 - Registration: a powered-on VM whose CD-ROM holds `<sha256>.iso`, where sha256 is an
-  InfraEnv's *current* image on the image service, registers (after `timings.boot`)
+  image the image service has served for an InfraEnv (its current one or an older
+  version: as with assisted-service, a host booted from an earlier discovery ISO of an
+  InfraEnv that still exists registers with it; a name no image has ever had boots
+  nothing the service knows), registers (after `timings.boot`)
   an Agent in the InfraEnv's namespace: named by the host id, label
   `infraenvs.agent-install.openshift.io: <infraenv>`, ownerReference to the InfraEnv,
   `spec.approved=false` (unless the InfraEnv auto-approves), the InfraEnv's
@@ -127,13 +130,14 @@ class AssistedInstaller(Actor):
         infraenvs: dict[tuple[str, str], dict[str, Any]],
         existing: set[str],
     ) -> None:
-        current = self.iso_server.current()
         now = time.monotonic()
         seen = set()
         for vm in vms:
             if not vm.powered_on:
                 continue
-            image = next((current[d] for d in vm.iso_digests if d in current), None)
+            image = next(
+                (i for i in map(self.iso_server.by_sha256, vm.iso_digests) if i is not None), None
+            )
             if image is None:
                 continue
             infraenv = infraenvs.get((image.namespace, image.infraenv))

@@ -11,6 +11,9 @@ cache is built on it:
   a VM boots.
 - Strong `ETag` (from the sha256), `Last-Modified` (when the version was made),
   `Content-Length`; `If-None-Match` / `If-Modified-Since` answer 304 with no body.
+  A new version never looks unchanged: its ETag is new, and its Last-Modified is
+  later than the previous version's even when both were made within one second
+  (HTTP dates have a resolution of one second), so `If-Modified-Since` alone sees it.
 - Tests can change an image (`change`), make an InfraEnv's URLs answer an error
   (`fail`/`heal`) and read what was served (`stats`: requests, full downloads, 304s,
   errors and body bytes).
@@ -25,7 +28,7 @@ import hashlib
 import random
 import struct
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from types import TracebackType
 from typing import Self
@@ -193,13 +196,17 @@ class IsoServer:
 
     def _make(self, namespace: str, infraenv: str, version: int) -> IsoImage:
         data = discovery_iso(f"{namespace}/{infraenv}/v{version}", self.size)
+        made = datetime.now(UTC).replace(microsecond=0)
+        previous = self._images.get((namespace, infraenv))
+        if previous is not None and made <= previous.last_modified:
+            made = previous.last_modified + timedelta(seconds=1)
         image = IsoImage(
             namespace=namespace,
             infraenv=infraenv,
             version=version,
             data=data,
             sha256=hashlib.sha256(data).hexdigest(),
-            last_modified=datetime.now(UTC).replace(microsecond=0),
+            last_modified=made,
         )
         self._images[(namespace, infraenv)] = image
         self._history[image.sha256] = image

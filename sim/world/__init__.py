@@ -18,7 +18,8 @@ Helpers create the objects a user would (`create_infraenv`, `create_credentials`
 `create_pool` for the default vcsim inventory), and `snapshot()` gathers pools,
 VsphereAgents, Agents, AgentMachines, Machines, events and this world's VMs.
 `violations` collects broken domain rules the actors witnessed (a bound Agent
-deleted, a bound Agent's VM deleted); `check()` fails on them and on actor bugs.
+deleted, a bound Agent's VM deleted); `check()` fails on them, on actor bugs and on
+a cached ISO whose content-addressed name is not the sha256 of its bytes.
 """
 
 from __future__ import annotations
@@ -216,9 +217,33 @@ class World:
         """Unexpected errors inside the actors (bugs of the simulation)."""
         return [f"{a.name}: {f}" for a in self.actors for f in a.failures]
 
+    def untrue_isos(self) -> list[str]:
+        """Cached ISOs of this namespace's pools (default prefix `agent-forge/<ns>/`, on the
+        simulator's disk) whose bytes do not hash to their content-addressed name: no
+        Assisted Installer would recognise them, and the operator promised the name."""
+        if self.vcsim.workdir is None:
+            return []
+        root = self.vcsim.workdir / "datastores" / "dc1" / "iso-ds" / "agent-forge"
+        folder = root / self.namespace
+        problems = []
+        for path in sorted(folder.rglob("*.iso")) if folder.is_dir() else []:
+            name = path.name.removesuffix(".iso")
+            if len(name) != 64 or path.name.startswith("."):
+                continue
+            try:
+                digest = _sha256_of(path)
+            except FileNotFoundError:  # pruned meanwhile
+                continue
+            if digest != name:
+                problems.append(
+                    f"[iso-ds] {path.relative_to(root.parent)} holds bytes with sha256 {digest}"
+                )
+        return problems
+
     def check(self) -> None:
-        """Fail when a domain rule was broken or an actor hit an unexpected error."""
-        problems = [*self.violations, *self.failures()]
+        """Fail when a domain rule was broken, an actor hit an unexpected error, or a
+        cached ISO's content-addressed name is not the sha256 of its bytes."""
+        problems = [*self.violations, *self.failures(), *self.untrue_isos()]
         if problems:
             raise AssertionError(
                 "the simulated world saw problems:\n  "
@@ -327,6 +352,14 @@ class World:
         if vm.extra_config.get(names.VM_MARKER_POOL_NAMESPACE) == self.namespace:
             return True
         return any(self.iso_server.by_sha256(d) is not None for d in vm.iso_digests)
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _started(part: T | None) -> T:

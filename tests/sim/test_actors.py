@@ -9,6 +9,7 @@ an Agent) and check what HyperShift, CAPI and the Assisted Installer stand-ins d
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -54,9 +55,16 @@ async def boot_vm(
 ) -> VmFact:
     """A powered-on VM (made with govc) whose CD-ROM holds the InfraEnv's current ISO."""
     image = world.iso_server.publish(world.namespace, infraenv)
-    local = tmp_path / image.file_name
-    local.write_bytes(image.data)
-    remote = f"sim-tests/{world.namespace}/{image.file_name}"
+    return await boot_vm_from(world, vcsim, tmp_path, file_name=image.file_name, data=image.data)
+
+
+async def boot_vm_from(
+    world: World, vcsim: Vcsim, tmp_path: Path, *, file_name: str, data: bytes
+) -> VmFact:
+    """A powered-on VM (made with govc) whose CD-ROM holds `data` named `file_name`."""
+    local = tmp_path / file_name
+    local.write_bytes(data)
+    remote = f"sim-tests/{world.namespace}/{file_name}"
     name = f"vm-{uuid.uuid4().hex[:10]}"
     await asyncio.to_thread(
         vcsim.govc, "datastore.mkdir", "-ds", "iso-ds", "-p", f"sim-tests/{world.namespace}"
@@ -187,12 +195,31 @@ async def test_vm_booting_the_discovery_iso_registers_an_agent_with_its_serial_a
     }  # fmt: skip
 
 
-async def test_vm_booting_an_outdated_iso_registers_nothing(
+async def test_vm_booting_an_older_iso_of_the_infraenv_still_registers(
+    world: World, vcsim: Vcsim, tmp_path: Path
+) -> None:
+    # assisted-service registers a host booted from any discovery ISO of an InfraEnv that
+    # still exists, not only from the newest: an operator that cached v1 and created a
+    # VM from it just before the image changed gets an Agent for it.
+    await world.create_infraenv("discovery")
+    old = world.iso_server.publish(world.namespace, "discovery")
+    new = await world.infraenvs.change_image("discovery")  # v1 is no longer current ...
+    assert new.sha256 != old.sha256
+    vm = await boot_vm_from(world, vcsim, tmp_path, file_name=old.file_name, data=old.data)
+    agent = await registered_agent(world, vm)  # ... and still registers
+    assert agent["metadata"]["labels"][names.LABEL_INFRAENV] == "discovery"
+
+
+async def test_vm_booting_an_iso_no_infraenv_ever_had_registers_nothing(
     world: World, vcsim: Vcsim, tmp_path: Path
 ) -> None:
     await world.create_infraenv("discovery")
-    vm = await boot_vm(world, vcsim, tmp_path)  # boots v1 ...
-    await world.infraenvs.change_image("discovery")  # ... which is no longer current
+    image = world.iso_server.publish(world.namespace, "discovery")
+    # The image's bytes under a content-addressed name no image has had (a misnamed
+    # upload): the name is what the Assisted Installer stand-in goes by.
+    never = hashlib.sha256(image.data[:-1]).hexdigest()
+    assert world.iso_server.by_sha256(never) is None
+    vm = await boot_vm_from(world, vcsim, tmp_path, file_name=f"{never}.iso", data=image.data)
     await consistently(
         lambda: agent_of(world, vm), lambda a: a is None, duration=FAST.boot * 5, what="no Agent"
     )
@@ -341,3 +368,30 @@ async def test_deleting_a_bound_agent_is_reported_as_a_violation(
     assert any("deleted while the Agent was bound" in v for v in world.violations)
     assert any("was deleted while bound to AgentMachine" in v for v in world.violations)
     world.violations.clear()  # seen: the fixture's check must not fail the test
+
+
+# --- world checks ----------------------------------------------------------------------
+
+
+async def test_the_world_check_names_a_cached_iso_whose_name_lies(
+    world: World, vcsim: Vcsim
+) -> None:
+    image = world.iso_server.publish(world.namespace, "discovery")
+    assert vcsim.workdir is not None
+    folder = vcsim.workdir / "datastores/dc1/iso-ds/agent-forge" / world.namespace / "workers"
+    folder.mkdir(parents=True)
+    true = folder / image.file_name
+    true.write_bytes(image.data)
+    lying = folder / f"{hashlib.sha256(image.data[:-1]).hexdigest()}.iso"
+    lying.write_bytes(image.data)
+    (folder / ".upload-0123.iso").write_bytes(b"partial")  # a temporary, not named by content
+    try:
+        assert world.untrue_isos() == [
+            f"[iso-ds] agent-forge/{world.namespace}/workers/{lying.name} holds bytes with "
+            f"sha256 {image.sha256}"
+        ]
+        with pytest.raises(AssertionError, match=lying.name):
+            world.check()
+    finally:
+        lying.unlink()
+    assert world.untrue_isos() == []

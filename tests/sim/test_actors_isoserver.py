@@ -72,6 +72,26 @@ async def test_changed_content_gets_a_new_etag_and_is_downloaded_again(server: I
     assert set(server.current()) == {new.sha256}
 
 
+async def test_a_change_within_the_same_second_is_seen_by_any_validator(
+    server: IsoServer,
+) -> None:
+    # HTTP dates have one-second resolution: v2 made within v1's second must still carry
+    # a later Last-Modified, or a client revalidating by date alone keeps v1.
+    images = [server.publish("ns", "env"), server.change("ns", "env"), server.change("ns", "env")]
+    stamps = [image.last_modified for image in images]
+    assert stamps == sorted(set(stamps))
+    assert len({image.etag for image in images}) == 3
+    old, new = images[0], images[-1]
+    for headers in (
+        {"If-None-Match": old.etag},
+        {"If-Modified-Since": format_datetime(old.last_modified, usegmt=True)},
+    ):
+        status, got, body = await fetch(server.url("ns", "env"), **headers)
+        assert status == 200, headers
+        assert hashlib.sha256(body).hexdigest() == new.sha256
+        assert got["ETag"] == new.etag
+
+
 async def test_any_tag_serves_the_current_image(server: IsoServer) -> None:
     image = server.publish("ns", "env")
     _, _, body = await fetch(server.url("ns", "env", tag="discovery-v7"))
