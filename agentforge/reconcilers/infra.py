@@ -12,7 +12,9 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
   requeued for exactly the moment `checkInterval` ends. A check streams the
   InfraEnv's image into `<isoDatastore>/<prefix>/<sha256>.iso` (conditional GET with
   the validators stored in `status.iso`: an unchanged image downloads 0 bytes), then
-  prunes beyond `retainVersions` what no VM holds (`iso_prune`). While the last
+  prunes beyond `retainVersions` what no VM holds, and temporary uploads an
+  interrupted upload left (looked for at most once per their stale age; `iso_prune`,
+  `infra_iso`). While the last
   preflight failed the ISO step waits (VsphereReady names what to fix; retrying an
   upload against a vCenter that refuses the login only adds load).
 * **Bad input** (InfraEnv missing, no ISO URL yet, the URL answering 4xx, a Secret
@@ -86,6 +88,7 @@ class InfraReconciler:
         obj = self._pools.get_by_key(key)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self.gate.forget(key)
+            self._iso.forget(key)
             return None
         pool = VsphereAgentPool.model_validate(obj)
         now = self._deps.now()

@@ -3,13 +3,18 @@
 Split from `infra` so each module stays one concern: this one turns a pool, its
 InfraEnv and the cache rules of `iso_cache` into an `Outcome` (conditions, the new
 `status.iso`, events, the next wake-up); `infra` runs it and writes status once.
+
+Pruning runs after a check when the ISO changed or history is beyond retention, and
+also when a sweep for stale temporary uploads is due (`iso_cache.sweep_due`, from the
+time of this process's last sweep of the pool, kept in `IsoInputs.swept`): a killed
+upload leaves its `.upload-*.iso` behind whether or not anything else changes.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agentforge import vsphere
 from agentforge.api import views
@@ -61,6 +66,15 @@ class IsoInputs:
     infra_envs: Informer
     agents: Informer
     limits: vsphere.IsoLimits | None = None
+    swept: dict[str, datetime] = field(default_factory=dict)
+    """When this process last looked for stale uploads of a pool (by `ns/name`)."""
+
+    @property
+    def stale_upload_age(self) -> timedelta:
+        return (self.limits or vsphere.IsoLimits()).stale_upload_age
+
+    def forget(self, key: str) -> None:
+        self.swept.pop(key, None)
 
 
 async def check_iso(
@@ -136,7 +150,10 @@ async def check_iso(
             InfraEvent.ISO_UPLOADED,
             f"uploaded the discovery ISO of InfraEnv {ns}/{ref} to {result.backing}",
         )
-    if iso_prune.needs_prune(before=status, after=updated, retain=pool.spec.iso.retain_versions):
+    key = f"{ns}/{pool.metadata.name}"
+    sweep = iso_cache.sweep_due(inputs.swept.get(key), now=now, every=inputs.stale_upload_age)
+    retain = pool.spec.iso.retain_versions
+    if sweep or iso_prune.needs_prune(before=status, after=updated, retain=retain):
         updated, failure = await _prune(
             pool, inputs=inputs, service=service, status=updated, outcome=outcome, now=now
         )
@@ -173,16 +190,25 @@ async def _prune(
             agents=agents,
             kept_elsewhere=_kept_by_other_pools(pool, inputs.pools),
             now=now,
+            stale_upload_age=inputs.stale_upload_age,
         )
     except iso_prune.PruneError as exc:
         return status, str(exc)
+    inputs.swept[f"{pool.metadata.namespace}/{pool.metadata.name}"] = now
+    where = pool_specs.iso_location(pool)
     if pruned.deleted:
-        where = pool_specs.iso_location(pool)
         outcome.event(
             EventType.NORMAL,
             InfraEvent.ISO_PRUNED,
             "deleted unused ISOs beyond retention: "
             + ", ".join(where.path(p) for p in pruned.deleted),
+        )
+    if pruned.stale_uploads:
+        outcome.event(
+            EventType.NORMAL,
+            InfraEvent.ISO_PRUNED,
+            "deleted temporary uploads an interrupted upload left behind: "
+            + ", ".join(where.path(p) for p in pruned.stale_uploads),
         )
     pruned_status = status.model_copy(update={"history": list(pruned.history)})
     return pruned_status, "; ".join(pruned.failures) or None

@@ -15,7 +15,14 @@ rules that decide whether a file may be deleted are unit-tested without I/O:
   vSphere reports it, not as history says), that no in-flight creation recorded, and
   that no other pool sharing the folder keeps. A file no status names is younger
   than `orphan_grace` may be another pool's fresh upload whose status write is still
-  to come: it is left for a later check.
+  to come: it is left for a later check;
+* **stale uploads**: a temporary upload (`<prefix>/.upload-<32 hex>.iso`, directly
+  under the prefix, nothing else) whose last write is older than `stale_upload_age`
+  (`IsoLimits.stale_upload_age`: no running upload of any replica or pool leaves its
+  file unwritten that long) was left by a killed process and is deleted; one of
+  unknown age is kept. They are looked for when something else is pruned, and at
+  most every `stale_upload_age` otherwise (`sweep_due`), so a steady pool pays one
+  listing per that age.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from enum import StrEnum
 from urllib.parse import urlsplit, urlunsplit
 
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
-from agentforge.vsphere import IsoRecord, IsoResult, Validators
+from agentforge.vsphere import IsoLimits, IsoRecord, IsoResult, Validators, iso
 
 __all__ = [
     "CheckReason",
@@ -41,6 +48,7 @@ __all__ = [
     "previous_record",
     "redact_url",
     "relative_path",
+    "sweep_due",
     "updated_status",
     "url_hash",
 ]
@@ -48,6 +56,7 @@ __all__ = [
 _CONTENT_NAME = re.compile(r"[0-9a-f]{64}\.iso")
 _BACKING = re.compile(r"^\[(?P<ds>[^\]]+)\]\s*(?P<path>.+)$")
 DEFAULT_ORPHAN_GRACE = timedelta(hours=1)
+DEFAULT_STALE_UPLOAD_AGE = IsoLimits().stale_upload_age
 
 
 class CheckReason(StrEnum):
@@ -186,6 +195,8 @@ class PrunePlan:
     """Paths beyond retention that a VM (or an in-flight creation) still holds."""
     history: tuple[ISOHistoryEntry, ...]
     """The history to write if every delete succeeds (a failed one is added back)."""
+    stale_uploads: tuple[str, ...] = ()
+    """Temporary uploads a killed process left behind, to delete (never in history)."""
 
 
 def relative_path(backing: str, *, datastore: str) -> str | None:
@@ -201,6 +212,16 @@ def is_content_addressed(path: str, *, prefix: str) -> bool:
     return folder == prefix.strip("/") and bool(_CONTENT_NAME.fullmatch(name))
 
 
+def is_temp_upload(path: str, *, prefix: str) -> bool:
+    folder, _, name = path.rpartition("/")
+    return folder == prefix.strip("/") and bool(iso.TEMP_NAME.fullmatch(name))
+
+
+def sweep_due(last: datetime | None, *, now: datetime, every: timedelta) -> bool:
+    """Look for stale uploads now? Never looked (in this process), or `every` passed."""
+    return last is None or now - last >= every
+
+
 def plan_prune(
     *,
     history: Sequence[ISOHistoryEntry],
@@ -211,6 +232,7 @@ def plan_prune(
     kept_elsewhere: Collection[str],
     now: datetime,
     orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE,
+    stale_upload_age: timedelta = DEFAULT_STALE_UPLOAD_AGE,
 ) -> PrunePlan:
     """Which files to delete and which history to keep (see the module doc)."""
     keep_count = max(retain, 1)
@@ -219,6 +241,7 @@ def plan_prune(
     retained_paths = {e.path for e in retained}
     known = {e.path for e in history} | set(kept_elsewhere)
     delete: list[str] = []
+    stale: list[str] = []
     held: list[ISOHistoryEntry] = []
     for entry in beyond:
         if entry.path in retained_paths or entry.path in kept_elsewhere:
@@ -229,6 +252,11 @@ def plan_prune(
             delete.append(entry.path)
     for stored in sorted(files, key=lambda f: f.path):
         path = stored.path.strip("/")
+        if is_temp_upload(path, prefix=prefix):
+            old = stored.modified is not None and now - stored.modified >= stale_upload_age
+            if old and path not in in_use and path not in known:
+                stale.append(path)
+            continue
         if not is_content_addressed(path, prefix=prefix) or path in known or path in delete:
             continue
         if path in in_use:
@@ -241,6 +269,7 @@ def plan_prune(
         delete=tuple(delete),
         in_use=tuple(e.path for e in held),
         history=tuple([*retained, *held]),
+        stale_uploads=tuple(stale),
     )
 
 

@@ -9,16 +9,23 @@ these questions fails, nothing is deleted (an unanswered question is not "nobody
 Listing and asking happen only when the plan without usage data would delete
 something, so a steady pool costs no extra calls.
 
+Temporary uploads a killed process left under the pool's prefix
+(`<prefix>/.upload-*.iso`) are deleted too once their last write is older than
+`stale_upload_age` (see `iso_cache` and `IsoLimits.stale_upload_age` for why no
+running upload, of this replica or another, can be that old); nothing outside the
+prefix is ever a candidate.
+
 Every deletion and every file kept because it is attached is counted in
-`agent_forge_iso_operations_total{operation="prune"}`, for pools with or without
-ejection alike.
+`agent_forge_iso_operations_total{operation="prune"}` (`success`, `already_gone`,
+`in_use`, `stale_upload` for a temporary upload removed, or the error class), for
+pools with or without ejection alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agentforge import vsphere
 from agentforge.api.pool import ISOHistoryEntry, ISOStatus, VsphereAgentPool
@@ -40,6 +47,8 @@ class PruneOutcome:
     in_use: tuple[str, ...] = ()
     failures: tuple[str, ...] = field(default=())
     """One message per file whose deletion failed (kept in history, retried later)."""
+    stale_uploads: tuple[str, ...] = ()
+    """Temporary uploads left by a killed process that were deleted (or already gone)."""
 
 
 def needs_prune(*, before: ISOStatus, after: ISOStatus, retain: int) -> bool:
@@ -55,8 +64,10 @@ async def prune(
     agents: Iterable[VsphereAgent],
     kept_elsewhere: Collection[str],
     now: datetime,
+    stale_upload_age: timedelta = iso_cache.DEFAULT_STALE_UPLOAD_AGE,
 ) -> PruneOutcome:
-    """Delete unused ISOs beyond retention; raises `PruneError` when usage is unknown."""
+    """Delete unused ISOs beyond retention and stale temporary uploads; raises
+    `PruneError` when usage is unknown (then nothing is deleted)."""
     where = pool_specs.iso_location(pool)
     prefix = pool.effective_path_prefix()
     retain = pool.spec.iso.retain_versions
@@ -75,8 +86,9 @@ async def prune(
         in_use=(),
         kept_elsewhere=kept_elsewhere,
         now=now,
+        stale_upload_age=stale_upload_age,
     )
-    if not draft.delete:
+    if not draft.delete and not draft.stale_uploads:
         return PruneOutcome(history=draft.history)
     in_use = await _attached(service=service, pool=pool, agents=agents)
     plan = iso_cache.plan_prune(
@@ -87,6 +99,7 @@ async def prune(
         in_use=in_use,
         kept_elsewhere=kept_elsewhere,
         now=now,
+        stale_upload_age=stale_upload_age,
     )
     for _ in plan.in_use:
         metrics.iso_op("prune", "in_use")
@@ -105,11 +118,22 @@ async def prune(
             continue
         metrics.iso_op("prune", "success" if gone else "already_gone")
         deleted.append(path)
+    stale: list[str] = []
+    for path in plan.stale_uploads:
+        try:
+            gone = await service.delete_file(where=where, path=path)
+        except vsphere.VsphereError as exc:
+            metrics.iso_op("prune", metrics.result_of(exc))
+            failures.append(f"{where.path(path)}: {exc}")
+            continue
+        metrics.iso_op("prune", "stale_upload" if gone else "already_gone")
+        stale.append(path)
     return PruneOutcome(
         history=tuple(history),
         deleted=tuple(deleted),
         in_use=plan.in_use,
         failures=tuple(failures),
+        stale_uploads=tuple(stale),
     )
 
 

@@ -8,6 +8,9 @@ iterator of chunks as a chunked PUT: nothing is buffered beyond aiohttp's own
 write buffer, so memory stays constant whatever the file size. A 401 means the
 session expired: the session logs in again (once) and a HEAD is retried; an upload
 raises `SessionExpired` because its body cannot be replayed (the caller restarts).
+An upload that broke off before the server answered raises `UploadAborted`: only an
+answered PUT is over on the server's side. `delete` says "was not there" only on the
+task's `FileNotFound`; any other "not found" (a forgotten task) is checked with a HEAD.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ from agentforge.vsphere.specs import datastore_path
 from agentforge.vsphere.vmomi import vim, vmodl
 
 PC = vmodl.query.PropertyCollector
+FILE_NOT_FOUND = "FileNotFound"  # the fault (vim.fault.FileNotFound) about the file itself
+
+
+class UploadAborted(errors.TransientError):
+    """The PUT broke off before the file service answered it (a transport error, a
+    timeout, a body that raised). The server may still be working on the request: the
+    file can appear, or grow, after this was raised. Only an answered PUT is over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +104,14 @@ async def mkdir(session: Session, *, where: Location, path: str) -> None:
 
 
 async def delete(session: Session, *, where: Location, path: str) -> bool:
-    """Delete a file; True if deleted, False if it was not there."""
+    """Delete a file; True if it is gone now, False if vCenter said it was not there.
+
+    Only the task's own `FileNotFound` fault means "not there". Any other `NotFound`
+    leaves the outcome unknown: vCenter forgot the delete task (tasks expire; after a
+    vCenter restart), or an object of the call (the datacenter) went missing. Then one
+    HEAD decides: the file absent -> True (gone, most likely by this delete); still
+    there -> `TransientError` (nothing was deleted as far as can be told; retry).
+    """
     dc, _, _ = await _refs(session, where)
     fm = session.content.fileManager
     try:
@@ -104,8 +121,15 @@ async def delete(session: Session, *, where: Location, path: str) -> bool:
             subject=where.path(path),
             action="delete",
         )
-    except errors.NotFound:
-        return False
+    except errors.NotFound as exc:
+        if exc.fault == FILE_NOT_FOUND:
+            return False
+        if await exists(session, where=where, path=path):
+            raise errors.TransientError(
+                f"delete {where.path(path)} ended unknown ({exc}) and the file is still "
+                "there; retried",
+                subject=where.path(path),
+            ) from exc
     return True
 
 
@@ -250,7 +274,7 @@ async def upload(
             status = resp.status
             await resp.read()
     except aiohttp.ClientError as exc:
-        raise errors.TransientError(
+        raise UploadAborted(
             f"upload to {where.path(path)} failed: {type(exc).__name__}", subject=where.path(path)
         ) from None
     finally:

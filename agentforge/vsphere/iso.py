@@ -6,7 +6,10 @@ Promises:
   it to the datastore PUT only when the PUT asks for more (backpressure);
 - the name `<prefix>/<sha256>.iso` is known only at the end, so bytes land under
   `<prefix>/.upload-<uuid>.iso` and are then moved to the final name, or deleted
-  when the final file already exists; the temporary file is deleted on any failure;
+  when the final file already exists; the temporary file is deleted on any failure,
+  and only once the datastore can no longer write it (see "cleanup" below); what a
+  killed process leaves behind is removed by the pruner once older than
+  `IsoLimits.stale_upload_age`;
 - the name is true: the digest covers exactly the bytes counted and sent, and is read
   only once the last chunk's hash has finished (the datastore answers the PUT as soon
   as it holds Content-Length bytes, which can be before the body generator is pulled
@@ -17,6 +20,17 @@ Promises:
   version), plus the final file present on the datastore -> nothing is downloaded;
 - TLS to the source is verified (optional CA bundle); size and timeouts are limits;
   bytes downloaded are counted (metric and result).
+
+Cleanup and the server's ordering: the file service creates the file when it starts
+on the PUT, which can be after the client has given up on it (vcsim first resolves the
+datastore; a proxy may queue the request). A delete issued after an *aborted* PUT can
+therefore run before the file exists, and the file appears after it. So a failure of
+the source (over the size limit, broken off) ends a chunked body instead of aborting
+it: the PUT completes, and its answer comes after the server's last write, so the
+delete that follows is final. A PUT that had to be aborted (a Content-Length body cut
+short, a timeout, a cancellation) is deleted at once and, when that delete found
+nothing, looked at again `IsoLimits.abort_recheck_seconds` later and deleted if it
+appeared (once seen, it cannot appear again: the server creates it once).
 """
 
 from __future__ import annotations
@@ -24,10 +38,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 import ssl
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -90,6 +106,12 @@ class IsoSource:
     insecure: bool = False
 
 
+TEMP_NAME = re.compile(r"\.upload-[0-9a-f]{32}\.iso")
+"""The name (under the prefix) of an upload in progress: `.upload-<uuid4 hex>.iso`."""
+STALE_UPLOAD_FLOOR = timedelta(hours=1)
+STALE_UPLOAD_MARGIN = 10
+
+
 @dataclass(frozen=True, slots=True)
 class IsoLimits:
     max_bytes: int = 8 * 1024**3
@@ -97,6 +119,27 @@ class IsoLimits:
     read_timeout_seconds: float = 120.0
     chunk_bytes: int = 1024 * 1024
     attempts: int = 2
+    abort_recheck_seconds: tuple[float, ...] = (0.25, 0.5, 1.0)
+    """Pauses before looking again for the temporary file of an aborted PUT."""
+
+    @property
+    def stale_upload_age(self) -> timedelta:
+        """How long a `.upload-*.iso` file must have gone unwritten before it cannot be
+        the file of a running upload (of this or another replica) under these limits.
+
+        A running upload writes its temporary file at least every read timeout: it
+        forwards each chunk as the PUT pulls it, and a source silent for longer fails
+        the download, after which the pipeline deletes the file itself. After the last
+        write only a digest, one HEAD and one move follow. The age is counted from the
+        modification time the datastore reports (the last write), against the
+        operator's clock: the margin (x10, at least an hour) covers those calls and
+        clock skew between the hosts and the operator. Should it still hit a running
+        upload (a datastore stamping the time at creation only or that stopped reading
+        the PUT, a replica with much longer timeouts), that upload's move fails and is
+        retried: only temporary names are deleted by age, never a content-addressed one.
+        """
+        idle = self.connect_timeout_seconds + self.read_timeout_seconds
+        return max(STALE_UPLOAD_FLOOR, timedelta(seconds=idle * STALE_UPLOAD_MARGIN))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +168,10 @@ class IsoResult:
 
 def final_path(prefix: str, sha256: str) -> str:
     return f"{prefix.strip('/')}/{sha256}.iso"
+
+
+def temp_path(prefix: str) -> str:
+    return f"{prefix.strip('/')}/.upload-{uuid.uuid4().hex}.iso"
 
 
 async def ensure_iso(
@@ -291,6 +338,9 @@ async def _transfer(
         # The PUT may stop pulling (and cancel this generator) as soon as the datastore
         # has answered, which it does once it holds Content-Length bytes: the hash of
         # the last chunk may then still be pending; `hasher.hexdigest()` waits for it.
+        # A chunked body ends at a failure instead of raising it: the PUT then
+        # completes and is answered, which orders the delete after the server's last
+        # write (see the module doc). A Content-Length body cannot end early.
         try:
             async for chunk in resp.content.iter_chunked(limits.chunk_bytes):
                 metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
@@ -305,6 +355,8 @@ async def _transfer(
                 yield chunk
         except errors.VsphereError as exc:
             source_failure.append(exc)
+            if declared is None:
+                return
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             failure = errors.TransientError(
@@ -313,19 +365,29 @@ async def _transfer(
                 subject=_safe(str(resp.url)),
             )
             source_failure.append(failure)
+            if declared is None:
+                return
             raise failure from None
 
     prefix = prefix.strip("/")
     await _mkdir_once(session, where, prefix)
-    temp = f"{prefix}/.upload-{uuid.uuid4().hex}.iso"
+    temp = temp_path(prefix)
+    answered = False  # the PUT is over on the server's side: one delete is final
     try:
         try:
             await datastore.upload(session, where=where, path=temp, body=chunks(), size=declared)
-        except errors.VsphereError:
+            answered = True
+        except errors.VsphereError as exc:
+            answered = not isinstance(exc, datastore.UploadAborted)
             if source_failure:
                 raise source_failure[0] from None
             raise
-        _check_complete(got=counted[0], declared=declared, url=str(resp.url))
+        _check_complete(
+            got=counted[0],
+            declared=declared,
+            url=str(resp.url),
+            failure=source_failure[0] if source_failure else None,
+        )
         sha = await hasher.hexdigest(expected_bytes=counted[0])
         final = final_path(prefix, sha)
         reused = await datastore.exists(session, where=where, path=final)
@@ -334,10 +396,11 @@ async def _transfer(
                 await datastore.move(session, where=where, source=temp, destination=final)
             except errors.AlreadyExists:
                 reused = True
-        if reused:
-            await datastore.delete(session, where=where, path=temp)
+        if reused:  # the result stands whatever this delete says; the pruner is the backstop
+            await _discard(session, where, temp, recheck=())
     except BaseException:
-        await asyncio.shield(_discard(session, where, temp))
+        recheck = () if answered else limits.abort_recheck_seconds
+        await asyncio.shield(_discard(session, where, temp, recheck=recheck))
         raise
     metrics.iso_op("upload", "discarded_duplicate" if reused else "success")
     return IsoResult(
@@ -388,7 +451,12 @@ class _ChunkHasher:
         return self._digest.hexdigest()
 
 
-def _check_complete(*, got: int, declared: int | None, url: str) -> None:
+def _check_complete(
+    *, got: int, declared: int | None, url: str, failure: errors.VsphereError | None
+) -> None:
+    """Raise the source's failure (a chunked body ended at it), or a short body's."""
+    if failure is not None:
+        raise failure
     if declared is not None and got != declared:
         raise errors.TransientError(
             f"the ISO download from {_safe(url)} ended after {got} of {declared} bytes",
@@ -396,9 +464,22 @@ def _check_complete(*, got: int, declared: int | None, url: str) -> None:
         )
 
 
-async def _discard(session: Session, where: datastore.Location, temp: str) -> None:
+async def _discard(
+    session: Session, where: datastore.Location, temp: str, *, recheck: Sequence[float]
+) -> None:
+    """Delete the temporary file. After an aborted PUT (`recheck` not empty) a delete that
+    found nothing may have come before the server created the file: look again after
+    each pause and delete what appeared. A file once seen cannot appear again (the
+    server creates it once); whatever comes later still is left to the pruner."""
     with contextlib.suppress(Exception):
-        await datastore.delete(session, where=where, path=temp)
+        if await datastore.delete(session, where=where, path=temp):
+            return
+    for pause in recheck:
+        await asyncio.sleep(pause)
+        with contextlib.suppress(Exception):
+            if await datastore.exists(session, where=where, path=temp):
+                await datastore.delete(session, where=where, path=temp)
+                return
 
 
 async def _mkdir_once(session: Session, where: datastore.Location, prefix: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -194,6 +196,41 @@ async def test_a_file_attached_to_a_known_vm_outside_the_folder_is_never_pruned(
         pool = await iso_token_processed(world, "t1")
     assert old_path in await world.iso_files()
     assert old_path in [h["path"] for h in pool["status"]["iso"]["history"]]
+
+
+async def test_a_restarted_operator_removes_uploads_a_killed_one_left_and_only_those(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    async with world.run(vm_controller=False):
+        pool = await ready_pool(world)
+    cached = pool["status"]["iso"]["path"]
+    # What a SIGKILL mid-upload leaves (two hours old), a running upload of another
+    # replica (fresh), and the same stale name in a folder that is not the pool's.
+    names = [f".upload-{os.urandom(16).hex()}.iso" for _ in range(3)]
+    stale, fresh = (f"{world.prefix}/{n}" for n in names[:2])
+    outside = f"{world.prefix}-other/{names[2]}"
+    assert world.vcsim.workdir is not None
+    root = world.vcsim.workdir / "datastores" / "dc1" / world.iso_location.datastore
+    two_hours_ago = time.time() - 2 * 3600
+    for path, mtime in ((stale, two_hours_ago), (fresh, None), (outside, two_hours_ago)):
+        on_disk = root / path
+        await asyncio.to_thread(on_disk.parent.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(on_disk.write_bytes, b"partial")
+        if mtime is not None:
+            await asyncio.to_thread(os.utime, on_disk, (mtime, mtime))
+    async with world.run(vm_controller=False):  # the restarted operator
+        await force_refresh(world, "t1")  # an unchanged image: nothing else to prune
+        await iso_token_processed(world, "t1")
+        assert await world.iso_files() == sorted([cached, fresh])
+        assert (root / outside).exists()
+        events = await world.events("ISOPruned")
+        assert any(stale in e.get("message", "") for e in events)
+        # Swept once: the next check within the stale age lists nothing.
+        await vcsim_control.reset_counters()
+        await force_refresh(world, "t2")
+        await iso_token_processed(world, "t2")
+        counted = await vcsim_control.counters()
+    assert methods(counted, "SearchDatastoreSubFolders_Task") == {}
 
 
 def _cached_uuid(world: World, name: str, uuid: str | None) -> Any:

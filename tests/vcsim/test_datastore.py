@@ -1,4 +1,5 @@
-"""Datastore files: mkdir -p, exists, list under a prefix, delete (idempotent)."""
+"""Datastore files: mkdir -p, exists, list under a prefix, delete (idempotent; "was not
+there" only when vCenter says FileNotFound)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import uuid
 
 import pytest
 
-from agentforge.vsphere import Location, NotFound, VsphereService, datastore
+from agentforge.vsphere import Location, NotFound, TransientError, VsphereService, datastore
+from sim.vcsim import VcsimControl
 
 pytestmark = pytest.mark.vcsim
 
@@ -44,3 +46,25 @@ async def test_exists_list_and_delete(service: VsphereService) -> None:
 async def test_an_unknown_datastore_is_not_found(service: VsphereService) -> None:
     with pytest.raises(NotFound, match="no-such-ds"):
         await service.file_exists(where=Location("dc1", "no-such-ds"), path="x.iso")
+
+
+async def test_only_file_not_found_means_not_there_another_not_found_is_checked(
+    service: VsphereService, vcsim_control: VcsimControl
+) -> None:
+    base = f"af-tests/{uuid.uuid4().hex[:8]}"
+    path = f"{base}/one.iso"
+    await service.make_directory(where=ISO_DS, path=base)
+    await _put(service, path, b"1")
+    # A delete task ending in a NotFound that is not about the file (here: an object of
+    # the call; alike a task vCenter forgot) deleted nothing: not "was not there".
+    await vcsim_control.fail_next_tasks("DeleteDatastoreFile_Task", 1, "ManagedObjectNotFound")
+    with pytest.raises(TransientError, match="still there"):
+        await service.delete_file(where=ISO_DS, path=path)
+    assert await service.file_exists(where=ISO_DS, path=path)
+    # vCenter's FileNotFound is believed as it is.
+    await vcsim_control.fail_next_tasks("DeleteDatastoreFile_Task", 1, "FileNotFound")
+    assert await service.delete_file(where=ISO_DS, path=path) is False
+    assert await service.delete_file(where=ISO_DS, path=path) is True
+    # The same unknown outcome with the file gone: it is gone, whoever deleted it.
+    await vcsim_control.fail_next_tasks("DeleteDatastoreFile_Task", 1, "NotFound")
+    assert await service.delete_file(where=ISO_DS, path=path) is True

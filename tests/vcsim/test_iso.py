@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from agentforge.reconcilers import iso_cache
 from agentforge.vsphere import (
     IsoLimits,
     IsoSource,
@@ -20,7 +23,9 @@ from agentforge.vsphere import (
     TransientError,
     Validators,
     VsphereService,
+    datastore,
 )
+from sim.vcsim import Vcsim, VcsimControl
 
 pytestmark = pytest.mark.vcsim
 
@@ -212,3 +217,127 @@ async def test_the_pipeline_logs_in_again_after_the_session_ended(
     assert await service.file_exists(where=ISO_DS, path=fresh.path)
     after = await vcsim.control.counters()
     assert after["logins"] - before["logins"] == 2
+
+
+# --- cleanup races: the server may create the file after the client gave up on the PUT ----
+#
+# vcsim (like a proxy in front of a file service) may start on a PUT late: with a delay on
+# "PUT /folder" the request is held before the handler creates the file. A delete that
+# runs as soon as the client aborted finds nothing, and the file appears afterwards (the
+# flake of the size-limit test under load, made deterministic here).
+
+PUT_DELAY_MS = 300
+
+
+async def _puts_finished(control: VcsimControl, *, since: int, prefix: str) -> None:
+    """Wait until vcsim has finished every PUT under `prefix` (it logs status 0 until then)."""
+    deadline = time.monotonic() + 30
+
+    def ours(entry: dict[str, Any]) -> bool:
+        return entry["http_method"] == "PUT" and entry["path"].startswith(f"/folder/{prefix}/")
+
+    while True:
+        puts = [e for e in await control.request_log(kind="http", since=since) if ours(e)]
+        if puts and all(e["status"] for e in puts):
+            return
+        assert time.monotonic() < deadline, f"vcsim did not finish the PUTs: {puts}"
+        await asyncio.sleep(0.05)
+
+
+async def _fails_then_nothing_is_left(
+    service: VsphereService,
+    control: VcsimControl,
+    prefix: str,
+    ensure: Callable[[], Awaitable[object]],
+    error: type[Exception],
+) -> None:
+    await control.set_delay("PUT /folder", PUT_DELAY_MS)
+    mark = await control.last_seq()
+    with pytest.raises(error):
+        await ensure()
+    await _puts_finished(control, since=mark, prefix=prefix)
+    assert await service.list_files(where=ISO_DS, prefix=prefix, pattern="*") == []
+
+
+async def test_the_size_limit_leaves_nothing_behind_when_the_server_starts_the_put_late(
+    service: VsphereService,
+    source: Source,
+    vcsim_control: VcsimControl,
+    request: pytest.FixtureRequest,
+) -> None:
+    prefix = _prefix(request)
+    source.chunked = True
+
+    async def ensure() -> object:
+        return await service.ensure_iso(
+            source=IsoSource(url=source.url),
+            where=ISO_DS,
+            prefix=prefix,
+            limits=IsoLimits(max_bytes=1024 * 1024),
+        )
+
+    await _fails_then_nothing_is_left(service, vcsim_control, prefix, ensure, SizeLimitExceeded)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_broken_source_leaves_nothing_behind_when_the_server_starts_the_put_late(
+    service: VsphereService,
+    source: Source,
+    vcsim_control: VcsimControl,
+    request: pytest.FixtureRequest,
+    chunked: bool,
+) -> None:
+    # Chunked: the body ends, the PUT is answered, then deleted. Content-Length: the PUT
+    # is aborted, and the file vcsim creates after the first delete is found again.
+    prefix = _prefix(request)
+    source.chunked = chunked
+    source.break_after = 1024 * 1024
+
+    async def ensure() -> object:
+        return await service.ensure_iso(
+            source=IsoSource(url=source.url),
+            where=ISO_DS,
+            prefix=prefix,
+            limits=IsoLimits(attempts=1),
+        )
+
+    await _fails_then_nothing_is_left(service, vcsim_control, prefix, ensure, TransientError)
+
+
+# --- what a killed upload leaves: found by the listing the pruner uses, with its age -------
+
+
+async def test_a_stale_temporary_upload_is_listed_with_its_age_and_planned_for_deletion(
+    service: VsphereService, vcsim: Vcsim, request: pytest.FixtureRequest
+) -> None:
+    prefix = _prefix(request)
+    stale, fresh = (f"{prefix}/.upload-{os.urandom(16).hex()}.iso" for _ in range(2))
+    outside = f"{prefix}/nested/.upload-{os.urandom(16).hex()}.iso"
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"partial"
+
+    session = await service.session()
+    for path in (stale, fresh, outside):
+        await service.make_directory(where=ISO_DS, path=path.rsplit("/", 1)[0])
+        await datastore.upload(session, where=ISO_DS, path=path, body=body())
+    assert vcsim.workdir is not None
+    two_hours_ago = time.time() - 2 * 3600
+    for path in (stale, outside):
+        on_disk = vcsim.workdir / "datastores" / ISO_DS.datacenter / ISO_DS.datastore / path
+        os.utime(on_disk, (two_hours_ago, two_hours_ago))
+    listed = await service.list_files(where=ISO_DS, prefix=prefix)  # the pruner's listing
+    assert {f.path for f in listed} == {stale, fresh, outside}
+    plan = iso_cache.plan_prune(
+        history=[],
+        retain=1,
+        prefix=prefix,
+        files=[iso_cache.StoredFile(path=f.path, size=f.size, modified=f.modified) for f in listed],
+        in_use=(),
+        kept_elsewhere=(),
+        now=datetime.now(UTC),
+        stale_upload_age=timedelta(hours=1),
+    )
+    assert plan.stale_uploads == (stale,)
+    assert await service.delete_file(where=ISO_DS, path=stale) is True
+    assert not await service.file_exists(where=ISO_DS, path=stale)

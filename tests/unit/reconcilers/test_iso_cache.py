@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
 from agentforge.reconcilers import iso_cache
 from agentforge.reconcilers.iso_cache import CheckReason, StoredFile
-from agentforge.vsphere import IsoResult, Validators
+from agentforge.vsphere import IsoLimits, IsoResult, Validators
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 URL = "https://assisted.example/images/abc?api_key=secret-jwt&version=4.16"
@@ -218,9 +218,80 @@ def test_only_content_addressed_files_directly_under_the_prefix_are_candidates()
         StoredFile(path=f"{PREFIX}/.upload-1234.iso", modified=NOW - timedelta(days=1)),
         StoredFile(path=f"{PREFIX}/manual.iso", modified=NOW - timedelta(days=1)),
         old(8, prefix=f"{PREFIX}/nested-pool"),
+        old_upload(prefix=f"{PREFIX}/nested-pool"),
     ]
     result = plan(history=[entry(3)], retain=1, files=files)
     assert result.delete == ()
+    assert result.stale_uploads == ()
+
+
+# --- temporary uploads a killed process left behind ---------------------------------------
+
+UPLOAD = ".upload-" + "ab" * 16 + ".iso"
+HOUR = timedelta(hours=1)
+
+
+def old_upload(
+    *, prefix: str = PREFIX, age: timedelta | None = timedelta(days=1), name: str = UPLOAD
+) -> StoredFile:
+    return StoredFile(path=f"{prefix}/{name}", size=5, modified=None if age is None else NOW - age)
+
+
+def test_an_upload_unwritten_for_the_stale_age_is_deleted_and_kept_out_of_history() -> None:
+    result = plan(history=[entry(3)], retain=1, files=[old(3), old_upload(age=HOUR)])
+    assert result.stale_uploads == (f"{PREFIX}/{UPLOAD}",)
+    assert result.delete == ()
+    assert [e.path for e in result.history] == [path(3)]
+
+
+def test_an_upload_written_within_the_stale_age_may_be_running_and_is_kept() -> None:
+    young = old_upload(age=HOUR - timedelta(seconds=1))
+    assert plan(history=[entry(3)], retain=1, files=[old(3), young]).stale_uploads == ()
+
+
+def test_an_upload_of_unknown_age_is_kept() -> None:
+    unknown = old_upload(age=None)
+    assert plan(history=[entry(3)], retain=1, files=[old(3), unknown]).stale_uploads == ()
+
+
+def test_the_stale_age_is_the_callers() -> None:
+    upload = old_upload(age=3 * HOUR)
+    longer = plan(files=[upload], stale_upload_age=4 * HOUR)
+    assert longer.stale_uploads == ()
+    assert plan(files=[upload], stale_upload_age=2 * HOUR).stale_uploads == (upload.path,)
+
+
+def test_only_uploads_directly_under_the_prefix_with_the_pipelines_name_are_stale() -> None:
+    files = [
+        old_upload(prefix=f"{PREFIX}/nested-pool"),
+        old_upload(prefix="agent-forge/ns/other"),
+        old_upload(prefix="agent-forge/ns"),
+        old_upload(name=".upload-1234.iso"),
+        old_upload(name=UPLOAD + ".part"),
+        old_upload(name=UPLOAD.upper()),
+        old_upload(name="x" + UPLOAD),
+    ]
+    assert plan(history=[entry(3)], retain=1, files=files).stale_uploads == ()
+
+
+def test_an_upload_something_holds_is_never_deleted() -> None:
+    upload = old_upload()
+    result = plan(files=[upload], in_use={upload.path})
+    assert result.stale_uploads == ()
+    assert plan(files=[upload], kept_elsewhere={upload.path}).stale_uploads == ()
+
+
+def test_the_stale_age_comes_from_the_pipelines_timeouts_and_is_at_least_an_hour() -> None:
+    assert IsoLimits().stale_upload_age == HOUR
+    assert iso_cache.DEFAULT_STALE_UPLOAD_AGE == HOUR
+    slow = IsoLimits(connect_timeout_seconds=60, read_timeout_seconds=900)
+    assert slow.stale_upload_age == timedelta(seconds=10 * 960)
+
+
+def test_a_sweep_is_due_once_per_stale_age() -> None:
+    assert iso_cache.sweep_due(None, now=NOW, every=HOUR)
+    assert not iso_cache.sweep_due(NOW - HOUR + timedelta(seconds=1), now=NOW, every=HOUR)
+    assert iso_cache.sweep_due(NOW - HOUR, now=NOW, every=HOUR)
 
 
 def test_backing_paths_are_compared_on_the_same_datastore_only() -> None:

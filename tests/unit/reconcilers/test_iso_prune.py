@@ -62,6 +62,7 @@ class FakeService:
     """The five calls pruning makes, scripted."""
 
     files: list[str]
+    ages: dict[str, timedelta] = field(default_factory=dict)
     on_datastore: list[vsphere.VmFacts] = field(default_factory=list)
     by_uuid: dict[str, vsphere.VmFacts] = field(default_factory=dict)
     usage_error: vsphere.VsphereError | None = None
@@ -71,8 +72,11 @@ class FakeService:
 
     async def list_files(self, *, where: Any, prefix: str) -> list[vsphere.DatastoreFile]:
         self.asked.append("list_files")
-        old = NOW - timedelta(days=1)
-        return [vsphere.DatastoreFile(path=p, size=1, modified=old) for p in self.files]
+        day = timedelta(days=1)
+        return [
+            vsphere.DatastoreFile(path=p, size=1, modified=NOW - self.ages.get(p, day))
+            for p in self.files
+        ]
 
     async def vms_using_datastore(self, *, where: Any) -> list[vsphere.VmFacts]:
         self.asked.append("vms_using_datastore")
@@ -91,6 +95,7 @@ class FakeService:
         return {u: self.by_uuid[u] for u in bios_uuids if u in self.by_uuid}
 
     async def delete_file(self, *, where: Any, path: str) -> bool:
+        self.asked.append("delete_file")
         if path in self.delete_error:
             raise self.delete_error[path]
         self.deleted.append(path)
@@ -233,3 +238,76 @@ async def test_a_failed_delete_stays_in_history_is_reported_and_counted() -> Non
     assert path(1) in outcome.failures[0]
     assert [e.path for e in outcome.history] == [path(2), path(1)]
     assert prune_count("denied") == before + 1
+
+
+# --- temporary uploads a killed process left behind ---------------------------------------
+
+UPLOAD = f"{PREFIX}/.upload-{'0f' * 16}.iso"
+
+
+async def test_a_stale_upload_is_deleted_and_counted_even_with_nothing_beyond_retention() -> None:
+    before = prune_count("stale_upload")
+    service = FakeService(files=[path(2), UPLOAD])
+    outcome = await run(service, status(2))
+    assert service.deleted == [UPLOAD]
+    assert outcome.stale_uploads == (UPLOAD,)
+    assert outcome.deleted == ()
+    assert [e.path for e in outcome.history] == [path(2)]
+    assert prune_count("stale_upload") == before + 1
+
+
+async def test_a_recent_upload_may_be_another_replicas_running_one_and_is_not_touched() -> None:
+    service = FakeService(files=[path(2), UPLOAD], ages={UPLOAD: timedelta(minutes=59)})
+    outcome = await run(service, status(2))
+    assert outcome.stale_uploads == ()
+    assert service.asked == ["list_files"]
+
+
+async def test_the_stale_age_given_is_the_one_applied() -> None:
+    service = FakeService(files=[path(2), UPLOAD], ages={UPLOAD: timedelta(hours=2)})
+    outcome = await iso_prune.prune(
+        service=service,  # type: ignore[arg-type]
+        pool=pool(),
+        status=status(2),
+        agents=[],
+        kept_elsewhere=set(),
+        now=NOW,
+        stale_upload_age=timedelta(hours=3),
+    )
+    assert outcome.stale_uploads == ()
+    assert service.deleted == []
+
+
+async def test_uploads_outside_the_pools_prefix_are_never_touched() -> None:
+    elsewhere = [
+        f"agent-forge/ns/other/.upload-{'0f' * 16}.iso",
+        f"{PREFIX}/nested/.upload-{'0f' * 16}.iso",
+    ]
+    service = FakeService(files=[path(2), *elsewhere])
+    outcome = await run(service, status(2))
+    assert outcome.stale_uploads == ()
+    assert "delete_file" not in service.asked
+
+
+async def test_stale_uploads_wait_while_usage_cannot_be_established() -> None:
+    service = FakeService(
+        files=[path(2), UPLOAD],
+        usage_error=vsphere.TransientError("vCenter did not answer", subject="vCenter"),
+    )
+    with pytest.raises(iso_prune.PruneError):
+        await run(service, status(2))
+    assert service.deleted == []
+
+
+async def test_a_failed_delete_of_a_stale_upload_is_reported_and_counted() -> None:
+    before = prune_count("transient")
+    service = FakeService(
+        files=[path(2), UPLOAD],
+        delete_error={UPLOAD: vsphere.TransientError("busy", subject="iso-ds")},
+    )
+    outcome = await run(service, status(2))
+    assert outcome.stale_uploads == ()
+    assert len(outcome.failures) == 1
+    assert UPLOAD in outcome.failures[0]
+    assert [e.path for e in outcome.history] == [path(2)]
+    assert prune_count("transient") == before + 1
