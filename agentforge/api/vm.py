@@ -36,10 +36,17 @@ class VMPhase(StrEnum):
 class VMReason(StrEnum):
     """Machine-readable explanations of a VM's phase."""
 
+    AGENT_PENDING = "AgentPending"
+    """Provisioning: no Agent discovered yet. How far the VM's creation got is the
+    VsphereAgent's `Ready` condition and `status.creation` (the `vm` controller's)."""
     VM_CREATE_PENDING = "VMCreatePending"
+    """Written by earlier versions and the Go operator only (now `AgentPending`)."""
     VM_CREATING = "VMCreating"
+    """Written by earlier versions and the Go operator only (now `AgentPending`)."""
     VM_CREATED = "VMCreated"
+    """Written by earlier versions and the Go operator only (now `AgentPending`)."""
     VM_ADOPTED = "VMAdopted"
+    """Provisioning, for an adopted VM (no Agent discovered yet)."""
     AGENT_AVAILABLE = "AgentAvailable"
     AGENT_BOUND = "AgentBound"
     AGENT_UNBOUND = "AgentUnbound"

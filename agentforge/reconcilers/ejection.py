@@ -130,7 +130,12 @@ async def _maybe_start(ctx: VmContext, pool: VsphereAgentPool) -> Result | None:
     )
     if isinstance(decision, gate.Hold):
         if decision.reason is not None and not status.shows(ctx, decision.reason, decision.message):
-            await status.write(ctx, expect=None, reason=decision.reason, message=decision.message)
+            # with what the pass has pending (a new VM's Ready and identity): one write
+            await ctx.write(
+                status.condition_edit(
+                    ctx, expect=None, reason=decision.reason, message=decision.message
+                )
+            )
         return None
     assert agent is not None
     assert recorded is not None

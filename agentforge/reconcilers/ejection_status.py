@@ -4,7 +4,9 @@ Every write is one `update_status` (fresh GET, PUT with resourceVersion) that ch
 only `status.isoEjection` and the `ISOEjected` condition, and only when the record
 stored at that moment is exactly the one the caller decided from (`expect`). A
 caller working from a stale cache therefore writes nothing and looks again, so two
-reconciles can never both advance an operation.
+reconciles can never both advance an operation. `condition_edit` is the condition
+alone, with the same compare, as an edit for `VmContext.write`: the gate's first
+condition rides along with what the pass has pending (one status write per pass).
 
 The object the PUT returns is the object as persisted (after the API server pruned
 what the CRD does not declare): it is the read-back of a checkpoint. `Written.stored`
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
@@ -29,7 +32,7 @@ from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionTyp
 from agentforge.api.vsphereagent import ISOEjectionRecord
 from agentforge.kube import conditions as kconditions
 from agentforge.kube.events import EventType
-from agentforge.reconcilers.vm_context import VmContext
+from agentforge.reconcilers.vm_context import Edit, VmContext
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "Stale",
     "Written",
     "checkpoint",
+    "condition_edit",
     "current_reason",
     "emit",
     "failed",
@@ -160,17 +164,7 @@ async def write(
         elif record is None:
             status.pop("isoEjection", None)
         if reason is not None:
-            kconditions.set_condition(
-                status,
-                type=VsphereAgentConditionType.ISO_EJECTED,
-                value=kconditions.ConditionStatus.TRUE
-                if reason is R.EJECTED
-                else kconditions.ConditionStatus.FALSE,
-                reason=reason,
-                message=message,
-                now=now,
-                observed_generation=generation,
-            )
+            _set_condition(status, reason, message, now=now, generation=generation)
         return obj if status != before else None
 
     stored = await ctx.deps.client.update_status(
@@ -179,7 +173,41 @@ async def write(
         name=ctx.agent.metadata.name,
         mutate=mutate,
     )
+    ctx.saw(stored)
     return Written(applied=applied, stored=parse((stored.get("status") or {}).get("isoEjection")))
+
+
+def condition_edit(
+    ctx: VmContext, *, expect: ISOEjectionRecord | None, reason: ISOEjectedReason, message: str
+) -> Edit:
+    """`ISOEjected` as a `VmContext` edit, set only while the stored record is `expect`:
+    `ctx.write(condition_edit(...))` carries the pass's pending edits (the Ready
+    condition, a new VM's identity) in the same request."""
+    generation = ctx.agent.metadata.generation
+    now = ctx.now
+
+    def edit(obj: JsonObj) -> None:
+        status = obj["status"]
+        if same_record(parse(status.get("isoEjection")), expect):
+            _set_condition(status, reason, message, now=now, generation=generation)
+
+    return edit
+
+
+def _set_condition(
+    status: JsonObj, reason: ISOEjectedReason, message: str, *, now: datetime, generation: int
+) -> None:
+    kconditions.set_condition(
+        status,
+        type=VsphereAgentConditionType.ISO_EJECTED,
+        value=kconditions.ConditionStatus.TRUE
+        if reason is R.EJECTED
+        else kconditions.ConditionStatus.FALSE,
+        reason=reason,
+        message=message,
+        now=now,
+        observed_generation=generation,
+    )
 
 
 async def emit(ctx: VmContext, type_: EventType, reason: EjectionEvent, message: str) -> None:

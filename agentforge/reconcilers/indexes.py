@@ -14,6 +14,17 @@ cannot place: an index function that raised would stop the informer.
 | `VSPHERE_AGENTS_BY_POOL` | VsphereAgents | `<ns>/<pool label>` and `<ns>/<poolRef>` |
 | `VSPHERE_AGENTS_BY_AGENT_MACHINE` | VsphereAgents | `<ns>/<pool>/<selection label>` |
 | `VSPHERE_AGENTS_BY_AGENT` | VsphereAgents | `<ns>/<status.vm.agentRef.name>` |
+| `AGENTS_BY_IDENTITY` | Agents | the BIOS UUID in its SMBIOS serial, else each MAC |
+| `VSPHERE_AGENTS_BY_IDENTITY` | VsphereAgents | `status.vm.biosUUID` and `.macAddress` |
+
+Identity keys are the canonical forms of `agentforge.api.identity` (a BIOS UUID
+`8-4-4-4-12`, a MAC `aa:bb:cc:dd:ee:ff`: the two never collide, so one index holds
+both) and are not namespaced: "which Agent is this VM" is asked of the whole cache,
+since a VM must never be deleted while any Agent that is it is bound. An Agent is
+filed under its MACs only when it reports no BIOS UUID: the BIOS UUID comes first
+(`snapshot.identifies`), so an Agent with one is this VM exactly when the UUIDs are
+equal, and a VM about to be deleted always has a known BIOS UUID (vSphere reports
+it). That keeps the index at one key per Agent (10,000 Agents cost about 2 MB).
 
 An AgentMachine belongs to a pool exactly when their keys are equal, so "the pools
 of this AgentMachine" (two means an ambiguous configuration) is one lookup.
@@ -24,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from agentforge.api import kinds, names
+from agentforge.api import identity, kinds, names
 from agentforge.api.views import parse_node_pool_annotation
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import IndexFunc
@@ -36,6 +47,8 @@ AGENTS_BY_INFRA_ENV: Final = "agent-forge/agents-by-infra-env"
 VSPHERE_AGENTS_BY_POOL: Final = "agent-forge/vsphere-agents-by-pool"
 VSPHERE_AGENTS_BY_AGENT_MACHINE: Final = "agent-forge/vsphere-agents-by-agent-machine"
 VSPHERE_AGENTS_BY_AGENT: Final = "agent-forge/vsphere-agents-by-agent"
+AGENTS_BY_IDENTITY: Final = "agent-forge/agents-by-identity"
+VSPHERE_AGENTS_BY_IDENTITY: Final = "agent-forge/vsphere-agents-by-identity"
 
 JsonObj = dict[str, Any]
 
@@ -162,6 +175,35 @@ def _vsphere_agents_by_agent(va: JsonObj) -> Iterable[str]:
     return _one(namespaced_key(namespace, agent) if namespace and agent else None)
 
 
+def agent_identity_keys(agent: Mapping[str, Any]) -> tuple[str, ...]:
+    """The BIOS UUID an Agent reports (from a VMware SMBIOS serial), else its MACs."""
+    inventory = _get(agent, "status", "inventory")
+    serial = _get(inventory, "systemVendor", "serialNumber")
+    bios_uuid = identity.bios_uuid_from_serial(serial if isinstance(serial, str) else None)
+    if bios_uuid:
+        return (bios_uuid,)
+    keys: list[str] = []
+    interfaces = _get(inventory, "interfaces")
+    if isinstance(interfaces, list):
+        for interface in interfaces:
+            raw = _get(interface, "macAddress")
+            mac = identity.normalize_mac(raw if isinstance(raw, str) else None)
+            if mac and mac not in keys:
+                keys.append(mac)
+    return tuple(keys)
+
+
+def vsphere_agent_identity_keys(va: Mapping[str, Any]) -> tuple[str, ...]:
+    """The BIOS UUID and MAC recorded for a VsphereAgent's VM (`status.vm`)."""
+    recorded_uuid = _get(va, "status", "vm", "biosUUID")
+    recorded_mac = _get(va, "status", "vm", "macAddress")
+    found = (
+        identity.normalize_uuid(recorded_uuid if isinstance(recorded_uuid, str) else None),
+        identity.normalize_mac(recorded_mac if isinstance(recorded_mac, str) else None),
+    )
+    return tuple(key for key in found if key)
+
+
 def vsphere_agent_machine_key(*, namespace: str, pool: str, selection: str) -> str:
     return f"{namespace}/{pool}/{selection}"
 
@@ -173,11 +215,15 @@ INDEXES: Final[Mapping[kinds.Kind, Mapping[str, IndexFunc]]] = {
     },
     kinds.AGENT_MACHINE: {BY_NODE_POOL: _by_node_pool},
     kinds.MACHINE: {BY_NODE_POOL: _by_node_pool},
-    kinds.AGENT: {AGENTS_BY_INFRA_ENV: _agents_by_infra_env},
+    kinds.AGENT: {
+        AGENTS_BY_INFRA_ENV: _agents_by_infra_env,
+        AGENTS_BY_IDENTITY: agent_identity_keys,
+    },
     kinds.VSPHERE_AGENT: {
         VSPHERE_AGENTS_BY_POOL: _vsphere_agents_by_pool,
         VSPHERE_AGENTS_BY_AGENT_MACHINE: _vsphere_agents_by_agent_machine,
         VSPHERE_AGENTS_BY_AGENT: _vsphere_agents_by_agent,
+        VSPHERE_AGENTS_BY_IDENTITY: vsphere_agent_identity_keys,
     },
 }
 """Every index, by the kind whose informer holds it."""

@@ -1,11 +1,14 @@
 """Which Agent is which VM: the matching rules of DOMAIN.md section 3, in linear time.
 
-An Agent matches a VM by BIOS UUID (from the Agent's SMBIOS serial), else by MAC,
-else by hostname equal to the VM name when no identity conflicts, else by the
-VM's previous agentRef when no identity conflicts. Each rule runs as one pass over
-all VMs, strongest first, so a strong match always wins over a weak one no matter
-the order of objects, and each Agent matches at most one VM. Lookups are dicts;
-the only super-linear step is one sort that makes ties deterministic.
+An Agent matches a VM by BIOS UUID (from the Agent's SMBIOS serial), else by MAC
+when no BIOS UUID says otherwise, else by hostname equal to the VM name when no
+identity conflicts, else by the VM's previous agentRef when no identity conflicts
+(`snapshot.identity_conflicts`: a differing known BIOS UUID always outranks an equal
+MAC, since MACs repeat across VMs); a VM name two VMs carry is no hostname match for
+either. Each rule runs as one pass over all VMs, strongest first, so a strong match
+always wins over a weak one no matter the order of objects, and each Agent matches
+at most one VM. Lookups are dicts; the only super-linear step is one sort that makes
+ties deterministic.
 
 Which Agents may match at all is decided first (`eligible`): never one claimed by
 another pool's VsphereAgent, bound to another hosted cluster, or carrying another
@@ -16,7 +19,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from operator import attrgetter
@@ -27,6 +30,7 @@ from agentforge.reconcilers.snapshot import (
     AgentFacts,
     Claims,
     VsphereAgentFacts,
+    identifies,
     identity_conflicts,
 )
 
@@ -118,12 +122,18 @@ def match(vms: Sequence[VsphereAgentFacts], agents: Sequence[AgentFacts]) -> Map
                 taken.add(agent.name)
     for vm in ordered_vms:
         if vm.mac and vm.name not in matches:
-            agent = _first_free(by_mac.get(vm.mac), taken)
+            same_mac = by_mac.get(vm.mac, ())
+            agent = _first_free(
+                (a for a in same_mac if identifies(bios_uuid=vm.bios_uuid, mac=vm.mac, agent=a)),
+                taken,
+            )
             if agent is not None:
                 matches[vm.name] = Match(agent, MatchRule.MAC)
                 taken.add(agent.name)
+    named = Counter(vm.vm_name for vm in ordered_vms)
     for vm in ordered_vms:
-        if vm.name not in matches and vm.vm_name in by_hostname:
+        # a name two VMs carry identifies neither (the agentRef pass may still keep one)
+        if vm.name not in matches and vm.vm_name in by_hostname and named[vm.vm_name] == 1:
             candidates = [
                 a
                 for a in by_hostname[vm.vm_name]

@@ -3,7 +3,8 @@
 One VM's phase follows from its VsphereAgent's record (previous phase, reason,
 agentRef, machineRef, identity, when it came to exist) and the Agent matched to it:
 
-* no Agent: Provisioning while the VM is younger than `ORPHAN_GRACE` (the clock
+* no Agent: Provisioning (`AgentPending`, or `VMAdopted`: creation progress is the
+  `vm` controller's to report) while the VM is younger than `ORPHAN_GRACE` (the clock
   starts when the VM exists, not when it was requested), then Orphaned
   (DiscoveryTimeout); a VM that had an Agent before is Orphaned (AgentMissing) and
   its references are cleared;
@@ -63,13 +64,9 @@ class PhaseContext:
 
 
 def _provisioning_reason(va: VsphereAgentFacts) -> VMReason:
-    if va.adopted:
-        return VMReason.VM_ADOPTED
-    if va.creating:
-        return VMReason.VM_CREATING
-    if va.vm_exists:
-        return VMReason.VM_CREATED
-    return VMReason.VM_CREATE_PENDING
+    """One reason for the whole phase, so the VM's creation progress (the `vm`
+    controller's `Ready` condition and `status.creation`) causes no write of ours."""
+    return VMReason.VM_ADOPTED if va.adopted else VMReason.AGENT_PENDING
 
 
 def _discovery_started(va: VsphereAgentFacts) -> datetime | None:

@@ -12,7 +12,10 @@ made precise in docs/design/0002):
 * clean-up under `cleanupPolicy: Delete` only, never of a VM whose Agent is bound:
   Released VMs whose Machine is gone, Orphaned VMs 30 minutes after they became
   orphans, and, when no AgentMachine waits or lacks an Agent, Available VMs whose
-  AgentMachine is gone. Nothing is cleaned up while AgentMachines match two pools;
+  AgentMachine is gone. Nothing is cleaned up while AgentMachines match two pools.
+  "Whose Agent is bound" does not trust the bookkeeping: besides the matched Agent,
+  any bound Agent of the snapshot that identifies the VM (its BIOS UUID, or its MAC
+  with no BIOS UUID saying otherwise; claimed or excluded ones included) defers it;
 * counts, planned actions, the pool conditions it can decide, and when to look
   again (the earliest orphan deadline).
 
@@ -59,6 +62,7 @@ from agentforge.reconcilers.snapshot import (
     InfraEnvFacts,
     MachineFacts,
     VsphereAgentFacts,
+    identifies,
 )
 
 __all__ = [
@@ -176,6 +180,40 @@ def _bound_blocker(agent: AgentFacts) -> str:
     return f"Agent {agent.name} is still assigned to ClusterDeployment {agent.cluster_deployment}"
 
 
+class _BoundAgents:
+    """The snapshot's bound Agents by BIOS UUID and MAC, built on first use (clean-up
+    is rare; a pool in steady state never pays for it)."""
+
+    def __init__(self, agents: Sequence[AgentFacts]) -> None:
+        self._agents = agents
+        self._by_uuid: dict[str, list[AgentFacts]] | None = None
+        self._by_mac: dict[str, list[AgentFacts]] = {}
+
+    def _build(self) -> dict[str, list[AgentFacts]]:
+        by_uuid: dict[str, list[AgentFacts]] = {}
+        for agent in sorted(self._agents, key=attrgetter("name")):
+            if not agent.bound:
+                continue
+            if agent.bios_uuid:
+                by_uuid.setdefault(agent.bios_uuid, []).append(agent)
+            for mac in agent.macs:
+                self._by_mac.setdefault(mac, []).append(agent)
+        return by_uuid
+
+    def identifying(self, va: VsphereAgentFacts) -> AgentFacts | None:
+        """A bound Agent that is this VM by identity, whatever matched or was recorded."""
+        if not (va.bios_uuid or va.mac):
+            return None
+        if self._by_uuid is None:
+            self._by_uuid = self._build()
+        if va.bios_uuid and va.bios_uuid in self._by_uuid:
+            return self._by_uuid[va.bios_uuid][0]
+        for agent in self._by_mac.get(va.mac or "", ()):
+            if identifies(bios_uuid=va.bios_uuid, mac=va.mac, agent=agent):
+                return agent
+        return None
+
+
 def _observed(pool: VsphereAgentPool, type_: PoolConditionType) -> Observed | None:
     found = api_conditions.find_condition(pool.status.conditions, type_)
     return Observed(found.status, found.reason, found.message) if found else None
@@ -215,6 +253,7 @@ def plan(snapshot: Snapshot) -> Plan:
     deletions: list[Deletion] = []
     deferrals: list[Deferral] = []
     cleanup = pool.cleanup_enabled
+    bound_agents = _BoundAgents(snapshot.agents)
     preparation = Preparation.of(pool)
     for va in live:
         found = matches.get(va.name)
@@ -241,6 +280,15 @@ def plan(snapshot: Snapshot) -> Plan:
         elif agent is not None and agent.bound:
             deferrals.append(
                 Deferral(record.name, agent.name, f"{reason}, but {_bound_blocker(agent)}")
+            )
+        elif (holder := bound_agents.identifying(va)) is not None:
+            deferrals.append(
+                Deferral(
+                    record.name,
+                    holder.name,
+                    f"{reason}, but {_bound_blocker(holder)} and reports this VM's "
+                    f"{'BIOS UUID' if va.bios_uuid and holder.bios_uuid else 'MAC'}",
+                )
             )
         else:
             deletions.append(

@@ -14,12 +14,17 @@ One reconcile, all reads from the informer cache (0002):
    when it differs from the fresh object inside `update_status`): a pool in
    steady state costs no API request at all.
 5. Events for changed plans, prepared Agents, clean-ups and failures (the recorder
-   aggregates repeats); capacity metrics; requeue at the planner's next deadline.
-   Everything else is event driven (`pool_watches`).
+   aggregates repeats): one event per fact, so an Agent preparation is reported by
+   `AgentsPrepared` when applied and left out of `Planned`; capacity metrics; requeue
+   at the planner's next deadline. Everything else is event driven (`pool_watches`).
+
+A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
+it requeues quietly. Status writes retry their 409s inside `update_status`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -43,6 +48,8 @@ from agentforge.reconcilers import (
 )
 from agentforge.reconcilers import pool_status as status_
 from agentforge.reconcilers.deps import Deps
+
+log = logging.getLogger(__name__)
 
 JsonObj = dict[str, Any]
 CONTROLLER_NAME = "pool"
@@ -112,8 +119,10 @@ class PoolReconciler:
         now = self._deps.now()
         if pool.metadata.deleting:
             return await self._finalize(pool, obj, now=now)
-        if names.FINALIZER_POOL not in pool.metadata.finalizers:
-            await self._add_finalizer(pool)
+        if names.FINALIZER_POOL not in pool.metadata.finalizers and not await self._add_finalizer(
+            pool
+        ):
+            return Result(requeue=True)
         plan = planner.plan(self._source.snapshot(pool, now=now))
         failure: str | None = None
         owned: list[JsonObj] = []
@@ -258,13 +267,19 @@ class PoolReconciler:
 
     # --- finalizer ---------------------------------------------------------------------
 
-    async def _add_finalizer(self, pool: VsphereAgentPool) -> None:
+    async def _add_finalizer(self, pool: VsphereAgentPool) -> bool:
+        """True once the finalizer is on; False to look again (a 409: retried quietly)."""
         finalizers = [*pool.metadata.finalizers, names.FINALIZER_POOL]
-        await self._set_finalizers(pool, finalizers)
+        return await self._set_finalizers(pool, finalizers)
 
-    async def _set_finalizers(self, pool: VsphereAgentPool, finalizers: list[str]) -> None:
-        # The resourceVersion makes the merge patch conditional: a finalizer someone
-        # added meanwhile is never dropped (409 -> retried from the fresh cache).
+    async def _set_finalizers(self, pool: VsphereAgentPool, finalizers: list[str]) -> bool:
+        """Patch the finalizers; False when the pool changed since the cache saw it.
+
+        The resourceVersion makes the merge patch conditional: a finalizer someone
+        added meanwhile is never dropped. A 409 is expected (the `iso` controller and
+        this one write the pool's status, which moves its resourceVersion): the caller
+        requeues and decides again from the fresh cache, logged at debug level only.
+        """
         patch = {
             "metadata": {
                 "finalizers": finalizers,
@@ -279,7 +294,16 @@ class PoolReconciler:
                 patch=patch,
             )
         except errors.NotFound:
-            return
+            return True
+        except errors.Conflict as exc:
+            log.debug(
+                "pool %s/%s changed since the cache saw it (%s); finalizers retried",
+                pool.metadata.namespace,
+                pool.metadata.name,
+                exc,
+            )
+            return False
+        return True
 
     async def _finalize(
         self, pool: VsphereAgentPool, pool_obj: JsonObj, *, now: datetime
@@ -318,7 +342,8 @@ class PoolReconciler:
             return None
         if names.FINALIZER_POOL in pool.metadata.finalizers:
             kept = [f for f in pool.metadata.finalizers if f != names.FINALIZER_POOL]
-            await self._set_finalizers(pool, kept)
+            if not await self._set_finalizers(pool, kept):
+                return Result(requeue=True)
             await self._event(
                 pool_obj, PoolEvent.FINALIZED, "every VsphereAgent is gone; finalizer removed"
             )
@@ -345,17 +370,21 @@ class PoolReconciler:
             await self._event(
                 pool_obj, PoolEvent.APPLY_FAILED, f"VsphereAgentPool {key}: {failure}", warning=True
             )
-        wire = [status_.action_wire(a) for a in plan.actions]
-        previous = (pool_obj.get("status") or {}).get("plannedActions")
-        only_noop = len(plan.actions) == 1 and (
-            plan.actions[0].type is PlannedActionType.NOOP and plan.actions[0].name is None
-        )
-        if wire != previous and not only_noop:
-            parts = [f"{a.type.value}/{a.name}" if a.name else a.type.value for a in plan.actions]
+        # Agent preparations are reported once, when applied (AgentsPrepared); the
+        # Planned event is about everything else, and only when that changed.
+        actions = [a for a in plan.actions if a.type is not PlannedActionType.PATCH_AGENT]
+        previous = [
+            a
+            for a in (pool_obj.get("status") or {}).get("plannedActions") or ()
+            if not (isinstance(a, dict) and a.get("type") == PlannedActionType.PATCH_AGENT.value)
+        ]
+        only_noop = all(a.type is PlannedActionType.NOOP and a.name is None for a in actions)
+        if [status_.action_wire(a) for a in actions] != previous and not only_noop:
+            parts = [f"{a.type.value}/{a.name}" if a.name else a.type.value for a in actions]
             await self._event(
                 pool_obj,
                 PoolEvent.PLANNED,
-                f"planned {len(plan.actions)} action(s): {_summary(parts)}",
+                f"planned {len(actions)} action(s): {_summary(parts)}",
             )
 
 

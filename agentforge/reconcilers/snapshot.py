@@ -168,8 +168,6 @@ class VsphereAgentFacts:
     created_at: datetime | None
     ready_since: datetime | None
     """When Ready last turned True (the VM exists and runs), if it is True."""
-    creating: bool
-    """A creation is recorded in `status.creation`."""
     iso_ejected: ISOEjectedReason | None
     vm_status: Mapping[str, Any] = field(default_factory=dict)
     """The raw `status.vm` (read-only), rendered back with the planner's fields."""
@@ -249,30 +247,44 @@ def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
         last_transition=parse_time(vm.get("lastTransitionTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         ready_since=ready_since,
-        creating=isinstance(status.get("creation"), Mapping),
         iso_ejected=ejected,
         vm_status=vm,
     )
 
 
-# --- claims by other pools ----------------------------------------------------------------
+# --- identity: which Agent is which VM ------------------------------------------------------
+#
+# One precedence everywhere (matching, claims, the clean-up guard, the vm controller's
+# deletion guard): the BIOS UUID first. When both sides know one, it alone decides;
+# a MAC decides only when a BIOS UUID is unknown on either side. MACs are not unique
+# (vcsim derives them from 3 hex digits of the UUID; cloned templates repeat them),
+# so a shared MAC never makes two VMs' Agents one, nor takes a VM's Agent away.
 
 
 def identity_conflicts(*, bios_uuid: str | None, mac: str | None, agent: AgentFacts) -> bool:
-    """A VM and an Agent that both report an identity, and no identity agrees.
+    """A VM and an Agent that both report an identity which proves them different.
 
-    Hostname and previous-agentRef matches are only trusted when this is False.
+    Both BIOS UUIDs known: they conflict exactly when they differ (an equal MAC does
+    not reconcile them). Otherwise both MACs known: they conflict when the Agent
+    does not report the VM's MAC. Nothing to compare: no conflict. Hostname and
+    previous-agentRef matches (and claims) are only trusted when this is False.
     """
-    checked = False
     if bios_uuid and agent.bios_uuid:
-        if bios_uuid == agent.bios_uuid:
-            return False
-        checked = True
+        return bios_uuid != agent.bios_uuid
     if mac and agent.macs:
-        if mac in agent.macs:
-            return False
-        checked = True
-    return checked
+        return mac not in agent.macs
+    return False
+
+
+def identifies(*, bios_uuid: str | None, mac: str | None, agent: AgentFacts) -> bool:
+    """`agent` is the VM with this identity: the same BIOS UUID, or its MAC with no
+    BIOS UUID that says otherwise."""
+    if bios_uuid and agent.bios_uuid:
+        return bios_uuid == agent.bios_uuid
+    return bool(mac) and mac in agent.macs
+
+
+# --- claims by other pools ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,48 +298,75 @@ class Claim:
     mac: str | None
     agent: str | None
 
+    def conflicts_with(self, agent: AgentFacts) -> bool:
+        return identity_conflicts(bios_uuid=self.bios_uuid, mac=self.mac, agent=agent)
+
+
+def _first_agreeing(claims: Iterable[Claim] | None, agent: AgentFacts) -> Claim | None:
+    for claim in claims or ():
+        if not claim.conflicts_with(agent):
+            return claim
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Claims:
-    """Other pools' claims, indexed so `claimant(agent)` is a few dict lookups."""
+    """Other pools' claims, indexed so `claimant(agent)` is a few dict lookups.
 
-    by_agent: Mapping[str, Claim] = field(default_factory=dict)
-    by_uuid: Mapping[str, Claim] = field(default_factory=dict)
-    by_mac: Mapping[str, Claim] = field(default_factory=dict)
-    by_vm_name: Mapping[str, Claim] = field(default_factory=dict)
+    Each key may be held by several claims (MACs repeat across VMs), kept in a
+    stable order (pool, then VsphereAgent name).
+    """
+
+    by_agent: Mapping[str, tuple[Claim, ...]] = field(default_factory=dict)
+    by_uuid: Mapping[str, tuple[Claim, ...]] = field(default_factory=dict)
+    by_mac: Mapping[str, tuple[Claim, ...]] = field(default_factory=dict)
+    by_vm_name: Mapping[str, tuple[Claim, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, claims: Iterable[Claim]) -> Claims:
-        by_agent: dict[str, Claim] = {}
-        by_uuid: dict[str, Claim] = {}
-        by_mac: dict[str, Claim] = {}
-        by_vm_name: dict[str, Claim] = {}
+        by_agent: dict[str, list[Claim]] = {}
+        by_uuid: dict[str, list[Claim]] = {}
+        by_mac: dict[str, list[Claim]] = {}
+        by_vm_name: dict[str, list[Claim]] = {}
         for claim in sorted(claims, key=lambda c: (c.pool, c.vsphere_agent)):
             if claim.agent:
-                by_agent.setdefault(claim.agent, claim)
+                by_agent.setdefault(claim.agent, []).append(claim)
             if claim.bios_uuid:
-                by_uuid.setdefault(claim.bios_uuid, claim)
+                by_uuid.setdefault(claim.bios_uuid, []).append(claim)
             if claim.mac:
-                by_mac.setdefault(claim.mac, claim)
-            by_vm_name.setdefault(claim.vm_name, claim)
-        return cls(by_agent=by_agent, by_uuid=by_uuid, by_mac=by_mac, by_vm_name=by_vm_name)
+                by_mac.setdefault(claim.mac, []).append(claim)
+            by_vm_name.setdefault(claim.vm_name, []).append(claim)
+
+        def frozen(index: dict[str, list[Claim]]) -> dict[str, tuple[Claim, ...]]:
+            return {k: tuple(v) for k, v in index.items()}
+
+        return cls(
+            by_agent=frozen(by_agent),
+            by_uuid=frozen(by_uuid),
+            by_mac=frozen(by_mac),
+            by_vm_name=frozen(by_vm_name),
+        )
 
     def __bool__(self) -> bool:
         return bool(self.by_vm_name)
 
     def claimant(self, agent: AgentFacts) -> Claim | None:
-        """The other pool's claim on `agent`: by name, BIOS UUID, MAC, or hostname."""
-        claim = self.by_agent.get(agent.name)
-        if claim is None and agent.bios_uuid:
-            claim = self.by_uuid.get(agent.bios_uuid)
+        """The other pool's claim on `agent`: by BIOS UUID, by name (agentRef), by MAC,
+        or by hostname, each only while the claim's VM identity does not conflict with
+        the Agent's (`identity_conflicts`: a differing known BIOS UUID always wins over
+        an equal MAC, so two VMs sharing a MAC never claim each other's Agents)."""
+        if agent.bios_uuid:
+            found = self.by_uuid.get(agent.bios_uuid)
+            if found:
+                return found[0]
+        claim = _first_agreeing(self.by_agent.get(agent.name), agent)
         if claim is None:
-            claim = next((self.by_mac[m] for m in agent.macs if m in self.by_mac), None)
+            for mac in sorted(agent.macs):
+                claim = _first_agreeing(self.by_mac.get(mac), agent)
+                if claim is not None:
+                    break
         if claim is None and agent.hostname:
-            named = self.by_vm_name.get(agent.hostname)
-            if named is not None and not identity_conflicts(
-                bios_uuid=named.bios_uuid, mac=named.mac, agent=agent
-            ):
-                claim = named
+            claim = _first_agreeing(self.by_vm_name.get(agent.hostname), agent)
         return claim
 
 

@@ -15,12 +15,19 @@ Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
 A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
 reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the
 pool's generation, UID, deletion or cached ISO path changed); Agents (-> the
-VsphereAgent whose `status.vm.agentRef` names them: a bound Agent holds a deletion,
-and the ejection feature reacts to installation).
+VsphereAgent whose `status.vm.agentRef` names them, and deleting VsphereAgents whose
+recorded VM identity is theirs: a bound Agent holds a deletion, and the ejection
+feature reacts to installation).
+
+Status writes: one per pass where the steps allow it (`vm_context`: conditions and
+a new VM's identity ride along with the pass's next write, or go at its end). Read
+your writes: a pass never decides from a cached version its predecessor wrote over
+(it waits for the watch to deliver the newer one), so finished work is not redone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Final, Protocol
 
@@ -28,6 +35,7 @@ from agentforge.api import kinds, names
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers import adopt, indexes, pool_specs, vm_create, vm_delete
@@ -39,6 +47,9 @@ __all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "vm"
+CACHE_BEHIND_RECHECK_S: Final = 2.0
+"""A pass skipped because the cache is behind our own write looks again this soon at
+the latest (the watch event of that write normally comes first)."""
 JsonObj = dict[str, Any]
 
 
@@ -66,21 +77,49 @@ class VmReconciler:
         self._agents = deps.informer(kinds.VSPHERE_AGENT)
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._ejection = ejection
+        self._behind: dict[ObjectKey, frozenset[str]] = {}
+        """Per key, the resourceVersions its last pass wrote over (read-your-writes)."""
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         raw = self._agents.get_by_key(key)
         if raw is None:
+            self._behind.pop(key, None)
             return None
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if version in self._behind.get(key, ()):
+            # The cache still holds a version this controller has written over: deciding
+            # from it would redo finished work (look a created VM up again, repeat its
+            # event). The watch brings the newer one and enqueues the key again.
+            return Result(requeue_after=CACHE_BEHIND_RECHECK_S)
+        self._behind.pop(key, None)
         agent = VsphereAgent.model_validate(raw)
         pool_raw = self._pools.get(
             namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name
         )
         pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw is not None else None
         ctx = VmContext(deps=self._deps, raw=raw, agent=agent, pool=pool, now=self._deps.now())
+        try:
+            result = await self._reconcile(ctx)
+        except Exception:
+            # what the pass learnt (a condition, a VM's identity) is still recorded
+            with contextlib.suppress(kerrors.KubeError):
+                await ctx.flush()
+            raise
+        else:
+            await ctx.flush()  # one status write per pass where the steps allow
+        finally:
+            if superseded := ctx.superseded():
+                self._behind[key] = superseded
+        return result
+
+    async def _reconcile(self, ctx: VmContext) -> Result | None:
+        agent, pool = ctx.agent, ctx.pool
         if agent.metadata.deleting:
             return await vm_delete.finalize(ctx, ejection=self._ejection)
-        if names.FINALIZER_VSPHERE_AGENT not in agent.metadata.finalizers:
-            await self._add_finalizer(agent)
+        if names.FINALIZER_VSPHERE_AGENT not in agent.metadata.finalizers and not (
+            await self._add_finalizer(ctx)
+        ):
+            return Result(requeue=True)
         if pool is None:
             await ctx.ready(
                 ok=False,
@@ -99,20 +138,32 @@ class VmReconciler:
             return result
         return _merged(result, await self._ejection.reconcile(ctx=ctx))
 
-    async def _add_finalizer(self, agent: VsphereAgent) -> None:
-        """Merge patch guarded by the cached resourceVersion: a 409 retries with backoff
-        rather than overwrite a finalizer list someone changed meanwhile."""
-        await self._deps.client.patch_merge(
-            kinds.VSPHERE_AGENT,
-            namespace=agent.metadata.namespace,
-            name=agent.metadata.name,
-            patch={
-                "metadata": {
-                    "resourceVersion": agent.metadata.resource_version,
-                    "finalizers": [*agent.metadata.finalizers, names.FINALIZER_VSPHERE_AGENT],
-                }
-            },
-        )
+    async def _add_finalizer(self, ctx: VmContext) -> bool:
+        """Merge patch guarded by the cached resourceVersion: a 409 (the pool controller
+        wrote `status.vm` meanwhile: expected) retries quietly with backoff rather than
+        overwrite a finalizer list someone changed meanwhile. False on a 409."""
+        agent = ctx.agent
+        try:
+            stored = await self._deps.client.patch_merge(
+                kinds.VSPHERE_AGENT,
+                namespace=agent.metadata.namespace,
+                name=agent.metadata.name,
+                patch={
+                    "metadata": {
+                        "resourceVersion": agent.metadata.resource_version,
+                        "finalizers": [*agent.metadata.finalizers, names.FINALIZER_VSPHERE_AGENT],
+                    }
+                },
+            )
+        except kerrors.Conflict as exc:
+            log.debug(
+                "VsphereAgent %s changed since the cache saw it (%s); finalizer retried",
+                agent.metadata.key,
+                exc,
+            )
+            return False
+        ctx.saw(stored)
+        return True
 
 
 def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
@@ -146,9 +197,18 @@ def controller(
         return pool_specs.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_POOL, value))
 
     def agents_of_agent(obj: JsonObj) -> list[ObjectKey]:
+        """The VsphereAgent recording the Agent, and deleting ones whose VM it is by
+        identity (a bound Agent holds that deletion: its unbinding resumes it)."""
         meta = obj.get("metadata") or {}
         value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        return pool_specs.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_AGENT, value))
+        found = agents.by_index(indexes.VSPHERE_AGENTS_BY_AGENT, value)
+        for key in indexes.agent_identity_keys(obj):
+            found += [
+                va
+                for va in agents.by_index(indexes.VSPHERE_AGENTS_BY_IDENTITY, key)
+                if (va.get("metadata") or {}).get("deletionTimestamp")
+            ]
+        return pool_specs.keys_of(found)
 
     return Controller(
         name=CONTROLLER_NAME,

@@ -6,6 +6,12 @@ with a mutation that touches only this controller's fields: `status.vm.{name,
 biosUUID,macAddress,instanceUUID,moRef}`, `status.creation` and the `Ready`
 condition. A mutation that finds the object replaced (another UID) writes nothing;
 one that changes nothing makes no request beyond the fresh GET.
+
+One write per reconcile pass where the order allows: edits that need no read-back
+(`ready(...)`, `defer(...)`: conditions, the recorded identity) are kept until the
+next `write` of the pass, which carries them along, or until `flush()`, which the
+controller calls when the pass ends. Checkpoints (`write`) are never delayed: their
+read-back must come before the vSphere call they guard.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from agentforge.api.conditions import VsphereAgentConditionType, VsphereAgentRea
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
 from agentforge.kube import conditions as kconditions
+from agentforge.kube import errors as kerrors
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.event_reasons import VmEvent
@@ -49,6 +56,9 @@ class VmContext:
     pool: VsphereAgentPool | None
     now: datetime
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
+    _pending: list[Edit] = field(default_factory=list, repr=False)
+    _pending_ready: Edit | None = field(default=None, repr=False)
+    _seen: list[str] = field(default_factory=list, repr=False)
 
     @property
     def where(self) -> str:
@@ -70,8 +80,44 @@ class VmContext:
     async def event(self, type_: EventType, reason: VmEvent, message: str) -> None:
         await self.deps.events.record(self.raw, type=type_, reason=reason, message=message)
 
+    def saw(self, stored: JsonObj) -> None:
+        """Note the VsphereAgent as the API server returned it (a write's result)."""
+        version = (stored.get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and version:
+            self._seen.append(version)
+
+    def superseded(self) -> frozenset[str]:
+        """The resourceVersions this pass knows to be outdated: the cached one it
+        started from and the intermediate ones of its own writes (never the last)."""
+        if not self._seen:
+            return frozenset()
+        latest = self._seen[-1]
+        older = {self.agent.metadata.resource_version, *self._seen[:-1]}
+        return frozenset(v for v in older if v and v != latest)
+
+    def defer(self, edit: Edit) -> None:
+        """Apply `edit` with the next write of this pass, or at its end (`flush`)."""
+        self._pending.append(edit)
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending) or self._pending_ready is not None
+
+    async def flush(self) -> None:
+        """Write what is pending, in one request (none when nothing is, or nothing
+        changes). A VsphereAgent gone meanwhile has nothing left to record."""
+        if not self.has_pending:
+            return
+        try:
+            await self.write()
+        except kerrors.NotFound:
+            return
+
     async def write(self, *edits: Edit) -> JsonObj:
-        """Apply `edits` to the fresh status (only our fields); returns the stored object."""
+        """Apply the pending edits, then `edits`, to the fresh status (only our fields)
+        in one request; returns the stored object."""
+        edits = (*self._pending, *_some(self._pending_ready), *edits)
+        self._pending, self._pending_ready = [], None
         uid = self.agent.metadata.uid
 
         def mutate(obj: JsonObj) -> JsonObj | None:
@@ -83,12 +129,14 @@ class VmContext:
                 edit(obj)
             return obj if obj["status"] != before else None
 
-        return await self.deps.client.update_status(
+        stored = await self.deps.client.update_status(
             kinds.VSPHERE_AGENT,
             namespace=self.agent.metadata.namespace,
             name=self.agent.metadata.name,
             mutate=mutate,
         )
+        self.saw(stored)
+        return stored
 
     def shows_ready(self, *, ok: bool, reason: VsphereAgentReason) -> bool:
         """The cached Ready condition has this status and reason (any message)."""
@@ -99,14 +147,16 @@ class VmContext:
         return current is not None and current.is_true == ok and current.reason == reason
 
     async def ready(self, *, ok: bool, reason: VsphereAgentReason, message: str) -> None:
-        """Set Ready; no request at all when the cache already shows exactly this."""
+        """Set Ready with the pass's next write (or at its end); the last call of a pass
+        wins, and nothing is written when the cache already shows exactly this."""
         current = next(
             (c for c in self.agent.status.conditions if c.type == VsphereAgentConditionType.READY),
             None,
         )
         if self.shows_ready(ok=ok, reason=reason) and current and current.message == message:
+            self._pending_ready = None
             return
-        await self.write(self.ready_edit(ok=ok, reason=reason, message=message))
+        self._pending_ready = self.ready_edit(ok=ok, reason=reason, message=message)
 
     def ready_edit(self, *, ok: bool, reason: VsphereAgentReason, message: str) -> Edit:
         now, generation = self.now, self.agent.metadata.generation
@@ -123,6 +173,10 @@ class VmContext:
             )
 
         return edit
+
+
+def _some(edit: Edit | None) -> tuple[Edit, ...]:
+    return (edit,) if edit is not None else ()
 
 
 def creation_edit(record: CreationRecord | None) -> Edit:

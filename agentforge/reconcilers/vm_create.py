@@ -13,7 +13,8 @@
    layer's create is idempotent by name + markers (a `DuplicateName` is answered by
    looking the VM up by name: ours is taken over, anything else is `VMNameConflict`),
    and removes a half-built VM of ours.
-4. Record BIOS UUID, MAC, instance UUID and moref; clear the record; Ready=True.
+4. Record BIOS UUID, MAC, instance UUID and moref; clear the record; Ready=True
+   (with the pass's next status write, see `vm_context`).
 5. With a record present (a restart, or a failed attempt), vCenter is first asked
    about the recorded task (running -> wait for it), then the VM is looked up by the
    task's result or the recorded UUID, then by name in the recorded folder: ours and
@@ -155,14 +156,15 @@ async def ensure_created(ctx: VmContext) -> Result | None:
             await _failed(ctx, f"creating VM {record.vm_name} failed: {exc}", record=record)
             return Result(requeue=True)
     assert vm is not None
-    await ctx.write(
-        identity_edit(name=vm.name, vm=vm),
-        creation_edit(None),
-        ctx.ready_edit(
-            ok=True,
-            reason=R.VM_READY,
-            message=f"VM {vm.name} created (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac})",
-        ),
+    # Recorded with the pass's next write (the ejection step's first condition) or at
+    # its end: no read-back is needed, and until it is stored `status.creation` keeps
+    # every restart finding this VM by its recorded BIOS UUID.
+    ctx.defer(identity_edit(name=vm.name, vm=vm))
+    ctx.defer(creation_edit(None))
+    await ctx.ready(
+        ok=True,
+        reason=R.VM_READY,
+        message=f"VM {vm.name} created (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac})",
     )
     await ctx.event(
         EventType.NORMAL,

@@ -7,35 +7,46 @@ Order, each step finished before the next:
 2. Pool gone -> nothing can be proven (the markers name the pool's UID): the VM is
    retained, a Warning event names it, the finalizer goes. `cleanupPolicy: Retain`
    -> VM and Agent are kept, the finalizer goes.
-3. The recorded Agent (`status.vm.agentRef`, read from the cache) bound to an
-   AgentMachine or cluster -> wait: a bound worker's VM is never deleted. An unbound
-   one is unapproved with an optimistic lock first, so CAPI cannot bind it while its
-   VM is being deleted.
+3. Any Agent that is this VM bound to an AgentMachine or cluster -> wait (Ready=False
+   `VMDeleting` and a Warning event naming it): a bound worker's VM is never
+   deleted, whatever the bookkeeping says. "Is this VM" does not trust
+   `status.vm.agentRef` (the pool controller may have cleared it): the Agent cache
+   is asked by identity (`indexes.AGENTS_BY_IDENTITY`) for every Agent reporting the
+   VM's recorded BIOS UUID, or its MAC with no BIOS UUID saying otherwise
+   (`snapshot.identifies`), in any namespace; the recorded Agent counts too unless
+   its identity contradicts the VM's. Asked again with the identity vSphere reports
+   once the VM is found. The unbound ones of the VsphereAgent's namespace are the
+   VM's Agents: each is unapproved with an optimistic lock first, so CAPI cannot
+   bind it while its VM is being deleted.
 4. The VM, looked up by recorded BIOS UUID (then by name in the folder), is deleted
    only if ours: markers naming this pool (UID included) and VsphereAgent, or
    unmarked with BIOS UUID and name equal to the record (stamped, then deleted, so
    the vSphere layer's own marker check guards the destroy). A VM not provably ours
-   is left alone with a Warning event naming it, and its Agent is kept too.
-5. The Agent is deleted with uid + resourceVersion preconditions (never a version
-   we did not see unbound); then the finalizer is removed.
+   is left alone with a Warning event naming it, and its Agents are kept too.
+5. The VM's Agents are deleted with uid + resourceVersion preconditions (never a
+   version we did not see unbound); then the finalizer is removed. An Agent that
+   cannot be tied to the VM is never deleted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from agentforge import vsphere
-from agentforge.api import kinds, names, rbac, views
+from agentforge.api import identity, kinds, names, rbac, views
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import pool_specs, vm_decide
+from agentforge.reconcilers import indexes, pool_specs, vm_decide
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
+from agentforge.reconcilers.snapshot import agent_facts, identifies, identity_conflicts
 from agentforge.reconcilers.vm_context import VmContext
 
 __all__ = ["EjectionHook", "finalize", "remove_finalizer"]
@@ -79,6 +90,7 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
             )
             return Result(requeue_after=EJECTION_WAIT_SECONDS)
     name, bios_uuid = vm_decide.recorded_identity(agent)
+    vm_status = agent.status.vm
     if pool is None:
         if name or bios_uuid:
             await ctx.event(
@@ -102,20 +114,16 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
     if not (name or bios_uuid):
         await remove_finalizer(ctx)  # no VM was ever started
         return None
-    found = _agent(ctx)
-    if found is not None and found.is_bound:
-        message = (
-            f"Agent {found.metadata.name} is bound to "
-            f"{found.agent_machine_ref or 'a cluster deployment'}: VM {name} is not deleted "
-            "while it serves a node; CAPI must release it first"
-        )
-        await ctx.ready(ok=False, reason=R.VM_DELETING, message=message)
-        await ctx.event(EventType.WARNING, VmEvent.VM_DELETING, message)
-        return Result(requeue_after=BOUND_AGENT_WAIT_SECONDS)
+    recorded_mac = identity.normalize_mac(vm_status.mac_address) if vm_status else None
+    agents = _agents_of_vm(ctx, bios_uuid=bios_uuid, mac=recorded_mac)
+    if agents.bound is not None:
+        return await _held(ctx, agents.bound, vm=name or bios_uuid or "")
     try:
-        kept, found = await _delete_vm(ctx, pool, name=name, bios_uuid=bios_uuid, agent=found)
-        if not kept and found is not None:
-            await _delete_agent(ctx, found)
+        outcome = await _delete_vm(ctx, pool, name=name, bios_uuid=bios_uuid, agents=agents)
+        if isinstance(outcome, _Tied):  # vSphere's identity of the VM ties a bound Agent
+            return await _held(ctx, outcome, vm=name or bios_uuid or "")
+        for unbound in outcome:
+            await _delete_agent(ctx, unbound)
     except (vsphere.VsphereError, CredentialsError) as exc:
         message = f"deleting VM {name or bios_uuid} failed: {exc}; retried with backoff"
         await ctx.ready(ok=False, reason=R.VM_DELETE_FAILED, message=message)
@@ -127,15 +135,97 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
     return None
 
 
-def _agent(ctx: VmContext) -> views.Agent | None:
+# --- which Agents are this VM's ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Tied:
+    """An Agent tied to the VM, and how."""
+
+    agent: views.Agent
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentsOfVm:
+    bound: _Tied | None
+    """A bound Agent that is this VM (any namespace): the VM must stay."""
+    unbound: tuple[views.Agent, ...]
+    """The unbound Agents of the VsphereAgent's namespace that are this VM."""
+
+
+def _agents_of_vm(
+    ctx: VmContext,
+    *,
+    bios_uuid: str | None,
+    mac: str | None,
+    already: Iterable[views.Agent] = (),
+) -> _AgentsOfVm:
+    """Every cached Agent tied to the VM: by identity (`snapshot.identifies`), or the
+    recorded `status.vm.agentRef` whose identity does not contradict the VM's (and
+    `already`: the ones tied by the recorded identity before vSphere was asked)."""
+    informer = ctx.deps.informer(kinds.AGENT)
+    found: dict[str, _Tied] = {}
+    for earlier in already:  # as cached now: it may have been bound meanwhile
+        raw = informer.get(namespace=earlier.metadata.namespace, name=earlier.metadata.name)
+        if raw is not None:
+            view = views.Agent.model_validate(raw)
+            found[view.metadata.key] = _Tied(view, "it reports the VM's recorded identity")
+    for key in dict.fromkeys(k for k in (bios_uuid, mac) if k):
+        for raw in informer.by_index(indexes.AGENTS_BY_IDENTITY, key):
+            facts = agent_facts(raw)
+            if not identifies(bios_uuid=bios_uuid, mac=mac, agent=facts):
+                continue
+            by_uuid = bool(bios_uuid) and facts.bios_uuid == bios_uuid
+            view = views.Agent.model_validate(raw)
+            how = f"it reports the VM's {f'BIOS UUID {bios_uuid}' if by_uuid else f'MAC {mac}'}"
+            found[view.metadata.key] = _Tied(view, how)
+    recorded = _recorded_agent(ctx)
+    if recorded is not None and not identity_conflicts(
+        bios_uuid=bios_uuid, mac=mac, agent=agent_facts(recorded)
+    ):
+        view = views.Agent.model_validate(recorded)
+        found.setdefault(view.metadata.key, _Tied(view, "it is recorded as the VM's Agent"))
+    ordered = [found[k] for k in sorted(found)]
+    namespace = ctx.agent.metadata.namespace
+    return _AgentsOfVm(
+        bound=next((t for t in ordered if t.agent.is_bound), None),
+        unbound=tuple(
+            t.agent
+            for t in ordered
+            if not t.agent.is_bound and t.agent.metadata.namespace == namespace
+        ),
+    )
+
+
+def _recorded_agent(ctx: VmContext) -> dict[str, Any] | None:
     vm = ctx.agent.status.vm
     ref = vm.agent_ref if vm else None
     if ref is None or not ref.name:
         return None
-    raw = ctx.deps.informer(kinds.AGENT).get(
+    return ctx.deps.informer(kinds.AGENT).get(
         namespace=ref.namespace or ctx.agent.metadata.namespace, name=ref.name
     )
-    return views.Agent.model_validate(raw) if raw is not None else None
+
+
+async def _held(ctx: VmContext, tied: _Tied, *, vm: str) -> Result:
+    agent = tied.agent
+    name = (
+        agent.metadata.name
+        if agent.metadata.namespace == ctx.agent.metadata.namespace
+        else agent.metadata.key
+    )
+    message = (
+        f"Agent {name} is bound to {agent.agent_machine_ref or 'a cluster deployment'} "
+        f"({tied.how}): VM {vm} is not deleted while it serves a node; CAPI must release "
+        "it first"
+    )
+    await ctx.ready(ok=False, reason=R.VM_DELETING, message=message)
+    await ctx.event(EventType.WARNING, VmEvent.VM_DELETING, message)
+    return Result(requeue_after=BOUND_AGENT_WAIT_SECONDS)
+
+
+# --- the VM ---------------------------------------------------------------------------------
 
 
 async def _delete_vm(
@@ -144,10 +234,11 @@ async def _delete_vm(
     *,
     name: str | None,
     bios_uuid: str | None,
-    agent: views.Agent | None,
-) -> tuple[bool, views.Agent | None]:
-    """Delete the VM if ours. Returns (a VM not ours was left alone, the Agent as now
-    stored: after unapproving it, its new resourceVersion is what a delete may name)."""
+    agents: _AgentsOfVm,
+) -> list[views.Agent] | _Tied:
+    """Delete the VM if ours. Returns the Agents to delete next, as now stored (after
+    unapproving: their new resourceVersion is what a delete may name; none when a VM
+    not ours was left alone), or the bound Agent the VM as vSphere reports it is."""
     service = await ctx.service()
     record = ctx.agent.status.creation
     datacenter = record.datacenter if record else pool.spec.vsphere.datacenter
@@ -160,7 +251,7 @@ async def _delete_vm(
     if vm is None and name:
         vm = await service.vm_by_name(placement=placement, name=name)
     if vm is None or vm.bios_uuid is None:
-        return False, agent
+        return list(agents.unbound)
     expected = pool_specs.markers(pool, vsphere_agent=ctx.agent.metadata.name)
     owned = vm_decide.ownership(vm, expected=expected, recorded_uuid=bios_uuid, recorded_name=name)
     if owned is vm_decide.Ownership.NOT_OURS:
@@ -171,16 +262,23 @@ async def _delete_vm(
             f"markers do not name {expected.describe()}): it is left alone, and so is its "
             "Agent; delete them by hand if they are not needed",
         )
-        return True, agent
-    if agent is not None:
-        agent = await _unapprove(ctx, agent)
+        return []
+    actual = _agents_of_vm(
+        ctx,
+        bios_uuid=identity.normalize_uuid(vm.bios_uuid),
+        mac=identity.normalize_mac(vm.primary_mac),
+        already=agents.unbound,
+    )
+    if actual.bound is not None:
+        return actual.bound
+    unapproved = [await _unapprove(ctx, agent) for agent in actual.unbound]
     if owned is vm_decide.Ownership.UNMARKED_MATCH:
         await service.stamp_markers(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected)
     await service.delete_vm(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected)
     await ctx.event(
         EventType.NORMAL, VmEvent.VM_DELETED, f"deleted VM {vm.name} (BIOS UUID {vm.bios_uuid})"
     )
-    return False, agent
+    return unapproved
 
 
 async def _unapprove(ctx: VmContext, agent: views.Agent) -> views.Agent:
@@ -200,7 +298,8 @@ async def _unapprove(ctx: VmContext, agent: views.Agent) -> views.Agent:
 
 
 async def _delete_agent(ctx: VmContext, agent: views.Agent) -> None:
-    """Delete the Agent at exactly the version seen unbound (cache or our own patch)."""
+    """Delete an Agent of the VM at exactly the version seen unbound (cache or our own
+    patch)."""
     if agent.is_bound:
         return
     try:

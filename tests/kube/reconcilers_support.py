@@ -7,6 +7,10 @@ Neither controller ever calls vSphere, so `Deps.vsphere` is an unused, never
 logged-in `SessionRegistry` and `Deps.credentials` a stand-in that refuses.
 Nobody runs the `vm` controller here: a test plays its part (recording a VM's
 identity, removing its finalizer) by hand.
+
+With `vsphere_controllers=True` the operator is whole: `infra` and `vm` (with the ISO ejection
+step) run too, under the same identity, with the credentials Secret read as the app
+reads it and a vSphere session registry with short retries (the simulator).
 """
 
 from __future__ import annotations
@@ -27,11 +31,15 @@ from agentforge.kube import trim as kube_trim
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import pool, scaleup
-from agentforge.reconcilers.deps import CredentialsError, Deps
+from agentforge.reconcilers import ejection, infra, pool, scaleup, vm
+from agentforge.reconcilers.credentials import SecretCredentials
+from agentforge.reconcilers.deps import CredentialsError, CredentialsSource, Deps
 from sim.controlplane.controlplane import ControlPlane
 
 IDENTITY = "agent-forge-it"
+FAST_VSPHERE = vsphere.SessionOptions(
+    retry_attempts=3, retry_initial_seconds=0.01, retry_max_seconds=0.05, wait_max_seconds=15
+)
 KINDS = (
     kinds.VSPHERE_AGENT_POOL,
     kinds.VSPHERE_AGENT,
@@ -70,13 +78,25 @@ class Operator:
 
 @contextlib.asynccontextmanager
 async def running_operator(
-    controlplane: ControlPlane, *, namespaces: list[str]
+    controlplane: ControlPlane,
+    *,
+    namespaces: list[str],
+    vsphere_controllers: bool = False,
+    registry: vsphere.SessionRegistry | None = None,
 ) -> AsyncIterator[Operator]:
+    """`registry`: a vSphere session registry the caller owns (and logged in before the
+    test body, so its background tasks are not the test's)."""
     kubeconfig = controlplane.user_kubeconfig(IDENTITY, ["system:masters"])
     cfg = await kube_config.load_config(kubeconfig=kubeconfig, environ={})
     retry = kube_client.RetryPolicy(attempts=6, initial_backoff=0.02, max_backoff=0.5)
-    registry = vsphere.SessionRegistry()
+    owned = registry is None
+    registry = registry or vsphere.SessionRegistry(
+        options=FAST_VSPHERE if vsphere_controllers else None
+    )
     async with kube_client.KubeClient(config=cfg, retry=retry) as client:
+        credentials: CredentialsSource = (
+            SecretCredentials(client=client) if vsphere_controllers else NoCredentials()
+        )
         informers = {
             kind: Informer(
                 client=client,
@@ -92,10 +112,15 @@ async def running_operator(
             informers=informers,
             events=EventRecorder(client=client, component="agent-forge-it"),
             vsphere=registry,
-            credentials=NoCredentials(),
+            credentials=credentials,
             now=clock.now,
         )
         controllers = [scaleup.controller(deps), pool.controller(deps)]
+        if vsphere_controllers:
+            controllers += [
+                infra.controller(deps, retry_base=0.05),
+                vm.controller(deps, ejection=ejection.Ejection(), retry_base=0.05),
+            ]
         async with contextlib.AsyncExitStack() as stack:
             for informer in informers.values():
                 await stack.enter_async_context(informer)
@@ -111,7 +136,10 @@ async def running_operator(
                 for ctrl in controllers:
                     await ctrl.stop()
                 await asyncio.gather(*runs, return_exceptions=True)
-    await registry.close()
+                if isinstance(credentials, SecretCredentials):
+                    await credentials.close()
+    if owned:
+        await registry.close()
 
 
 def _started(controllers: list[Controller]) -> Callable[[], Awaitable[bool]]:
@@ -144,14 +172,16 @@ CLUSTER = "demo"
 LABELS = {"customer": "acme"}
 
 
-def pool_obj(ns: str, cpns: str, *, name: str = POOL, cleanup: str = "Delete") -> JsonObj:
+def pool_obj(
+    ns: str, cpns: str, *, name: str = POOL, cleanup: str = "Delete", node_pool: str = NODE_POOL
+) -> JsonObj:
     return {
         "apiVersion": kinds.VSPHERE_AGENT_POOL.api_version,
         "kind": "VsphereAgentPool",
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "hostedClusterRef": {"name": CLUSTER},
-            "nodePoolRef": {"name": NODE_POOL},
+            "nodePoolRef": {"name": node_pool},
             "infraEnvRef": {"name": INFRA_ENV},
             "controlPlaneNamespace": cpns,
             "vsphere": {
@@ -177,14 +207,14 @@ def infra_env_obj(ns: str) -> JsonObj:
     }
 
 
-def agent_machine_obj(cpns: str, pool_ns: str, name: str) -> JsonObj:
+def agent_machine_obj(cpns: str, pool_ns: str, name: str, *, node_pool: str = NODE_POOL) -> JsonObj:
     return {
         "apiVersion": kinds.AGENT_MACHINE.api_version,
         "kind": "AgentMachine",
         "metadata": {
             "name": name,
             "namespace": cpns,
-            "annotations": {names.ANNOTATION_NODEPOOL: f"{pool_ns}/{NODE_POOL}"},
+            "annotations": {names.ANNOTATION_NODEPOOL: f"{pool_ns}/{node_pool}"},
         },
         "spec": {"agentLabelSelector": {"matchLabels": dict(LABELS)}},
     }
@@ -227,13 +257,17 @@ def agent_obj(ns: str, name: str) -> JsonObj:
     }
 
 
-def agent_inventory(bios_uuid: str, hostname: str = "localhost") -> JsonObj:
+SHARED_MAC = "00:50:56:aa:bb:01"
+"""The MAC every inventory reports unless told otherwise: MACs repeat across VMs."""
+
+
+def agent_inventory(bios_uuid: str, hostname: str = "localhost", mac: str = SHARED_MAC) -> JsonObj:
     return {
         "inventory": {
             "hostname": hostname,
             "interfaces": [
                 {
-                    "macAddress": "00:50:56:aa:bb:01",
+                    "macAddress": mac,
                     "flags": [],
                     "ipV4Addresses": [],
                     "ipV6Addresses": [],

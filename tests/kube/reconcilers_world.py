@@ -37,6 +37,7 @@ from agentforge.kube import trim as kube_trim
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
+from agentforge.reconcilers import ejection as eject
 from agentforge.reconcilers import infra, naming, vm
 from agentforge.reconcilers.credentials import SecretCredentials
 from agentforge.reconcilers.deps import Deps
@@ -381,13 +382,15 @@ class World:
 
     @contextlib.asynccontextmanager
     async def run(
-        self, *, vm_controller: bool = True, infra_controller: bool = True
+        self, *, vm_controller: bool = True, infra_controller: bool = True, ejection: bool = False
     ) -> AsyncIterator[list[Controller]]:
+        """`ejection`: the vm controller runs the ISO ejection step, as the app wires it."""
         built: list[Controller] = []
         if infra_controller:
             built.append(infra.controller(self.deps, retry_base=0.05))
         if vm_controller:
-            built.append(vm.controller(self.deps, retry_base=0.05))
+            step = eject.Ejection() if ejection else None
+            built.append(vm.controller(self.deps, ejection=step, retry_base=0.05))
         self._running = [(c, asyncio.create_task(c.run(), name=f"it-{c.name}")) for c in built]
         try:
             yield built

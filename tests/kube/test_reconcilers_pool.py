@@ -20,7 +20,9 @@ from sim.controlplane.controlplane import ControlPlane
 from sim.controlplane.pytest_plugin import namespace_name
 from tests.kube.reconcilers_support import (
     LABELS,
+    NODE_POOL,
     POOL,
+    SHARED_MAC,
     Operator,
     agent_inventory,
     agent_machine_obj,
@@ -74,7 +76,9 @@ class World:
     async def vsphere_agents(self) -> list[JsonObj]:
         return (await self.kube.list(kinds.VSPHERE_AGENT, namespace=self.ns)).items
 
-    async def setup_pool(self, *, cleanup: str = "Delete", name: str = POOL) -> None:
+    async def setup_pool(
+        self, *, cleanup: str = "Delete", name: str = POOL, node_pool: str = NODE_POOL
+    ) -> None:
         if await self.get(kinds.INFRA_ENV, "demo") is None:
             await self.create(kinds.INFRA_ENV, infra_env_obj(self.ns))
             await self.patch(
@@ -82,11 +86,14 @@ class World:
                 status=True,
             )  # fmt: skip
         await self.create(
-            kinds.VSPHERE_AGENT_POOL, pool_obj(self.ns, self.cpns, name=name, cleanup=cleanup)
+            kinds.VSPHERE_AGENT_POOL,
+            pool_obj(self.ns, self.cpns, name=name, cleanup=cleanup, node_pool=node_pool),
         )
 
-    async def waiting_agent_machine(self, name: str) -> None:
-        await self.create(kinds.AGENT_MACHINE, agent_machine_obj(self.cpns, self.ns, name))
+    async def waiting_agent_machine(self, name: str, *, node_pool: str = NODE_POOL) -> None:
+        await self.create(
+            kinds.AGENT_MACHINE, agent_machine_obj(self.cpns, self.ns, name, node_pool=node_pool)
+        )
         await self.patch(
             kinds.AGENT_MACHINE,
             name,
@@ -95,6 +102,14 @@ class World:
                                         "lastTransitionTime": "2026-03-01T00:00:00Z"}]}},
             status=True,
         )  # fmt: skip
+
+    async def vm_recorded(self, va: str, *, bios_uuid: str, mac: str | None = None) -> str:
+        """The vm controller's part: the VM of `va` exists and its identity is recorded."""
+        found = await until(f"a VsphereAgent for {va}", lambda: self.get(kinds.VSPHERE_AGENT, va))
+        vm_name: str = found["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
+        vm = {"name": vm_name, "biosUUID": bios_uuid, **({"macAddress": mac} if mac else {})}
+        await self.patch(kinds.VSPHERE_AGENT, va, {"status": {"vm": vm}}, status=True)
+        return vm_name
 
     async def vm_phase(self, va: str) -> tuple[str, str] | None:
         found = await self.get(kinds.VSPHERE_AGENT, va)
@@ -347,3 +362,41 @@ async def _count(world: World, n: int) -> bool:
 
 async def _has_finalizer(world: World) -> bool:
     return names.FINALIZER_POOL in (await world.pool())["metadata"].get("finalizers", [])
+
+
+async def test_two_pools_whose_vms_share_a_mac_each_prepare_and_count_their_own_agent(
+    world: World,
+) -> None:
+    """Claims across pools go by BIOS UUID first: a shared MAC (vcsim repeats them)
+    must not make each pool see its own Agent as claimed by the other."""
+    other_uuid = "421c5a3b-0011-2233-4455-0000000000bb"
+    pools = {
+        POOL: ("am-1", UUID, "agent-1", NODE_POOL),
+        "blue": ("am-b", other_uuid, "agent-b", "blue"),
+    }
+    await world.setup_pool()
+    await world.setup_pool(name="blue", node_pool="blue")
+    for va, bios_uuid, agent, node_pool in pools.values():
+        await world.waiting_agent_machine(va, node_pool=node_pool)
+        await world.vm_recorded(va, bios_uuid=bios_uuid, mac=SHARED_MAC)
+        await world.create(kinds.AGENT, agent_obj(world.ns, agent))
+        await world.patch(kinds.AGENT, agent, {"status": agent_inventory(bios_uuid)}, status=True)
+    for va, _, agent, node_pool in pools.values():
+        vm = await world.phase_is(va, "Available", "AgentAvailable")
+        assert vm["agentRef"]["name"] == agent
+        prepared = await world.get(kinds.AGENT, agent)
+        assert prepared is not None
+        assert prepared["metadata"]["labels"][names.LABEL_AGENT_MACHINE] == va
+        assert prepared["metadata"]["labels"][names.LABEL_NODEPOOL] == node_pool
+    for pool, (va, _, agent, _) in pools.items():
+        await world.bind(agent, va)
+        await world.phase_is(va, "Bound", "AgentBound")
+        await until(f"pool {pool} counting one bound Agent", _bound_agents(world, pool, 1))
+    assert [await world.vm_phase(va) for va, *_ in pools.values()] == [("Bound", "AgentBound")] * 2
+
+
+def _bound_agents(world: World, pool: str, n: int) -> Any:
+    async def check() -> JsonObj | None:
+        return await _pool_with(world, pool, boundAgents=n)
+
+    return check

@@ -130,7 +130,7 @@ async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> 
         kinds.VSPHERE_AGENT, "am-1", {"status": {"vm": {"name": vm_name, "biosUUID": UUID}}},
         status=True,
     )  # fmt: skip
-    await world.phase_is("am-1", "Provisioning", "VMCreated")
+    await world.phase_is("am-1", "Provisioning", "AgentPending")
 
     world.op.clock.offset += timedelta(minutes=31)
     await world.patch(kinds.AGENT_MACHINE, "am-1", {"metadata": {"annotations": {"tick": "1"}}})

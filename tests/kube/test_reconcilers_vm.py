@@ -148,6 +148,30 @@ async def test_without_a_cached_iso_the_vm_waits_and_nothing_is_created(
     assert method_count(await vcsim_control.counters(), "CreateVM_Task") == 0
 
 
+async def test_one_status_write_per_pass_ready_and_iso_ejected_together(
+    world: World, proxy: ProxyControl
+) -> None:
+    # The first pass used to write Ready=False WaitingForISO, then ISOEjected=Disabled.
+    await world.create_secret()
+    await world.create_pool()
+    await world.create_vsphere_agent("va1")
+    await proxy.reset_counts()
+    async with world.run(infra_controller=False, ejection=True) as controllers:
+        await world.condition(VA, "va1", "Ready", status="False", reason="WaitingForISO")
+        await world.condition(VA, "va1", "ISOEjected", status="False", reason="Disabled")
+
+        async def idle() -> bool:
+            return all(len(c.queue) == 0 and not c.queue.processing for c in controllers)
+
+        await world.wait_for("the vm controller to go idle", idle)
+        counts = await proxy.counts()
+    writes = {k: n for k, n in counts.items() if k[0] in ("update", "patch")}
+    assert writes == {
+        ("patch", f"{VA.plural}.{names.GROUP}"): 1,  # the finalizer
+        ("update", f"{VA.plural}.{names.GROUP}/status"): 1,  # Ready + ISOEjected
+    }
+
+
 async def test_a_missing_pool_is_reported_and_vsphere_is_not_called(
     world: World, vcsim_control: VcsimControl
 ) -> None:

@@ -11,6 +11,7 @@ from agentforge.api import kinds, names
 from agentforge.kube import client
 from sim.vcsim.control import VcsimControl
 from sim.vcsim.launcher import Vcsim
+from tests.kube.reconcilers_support import serial
 from tests.kube.reconcilers_world import World, install_current_crds, world_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
@@ -163,3 +164,74 @@ async def test_a_vsphere_agent_whose_pool_is_gone_keeps_its_vm(world: World) -> 
     events = await world.events("PoolNotFound")
     assert events
     assert "retained" in events[0]["message"]
+
+
+async def registered_agent(
+    world: World, name: str, *, bios_uuid: str, mac: str, bound: bool = False
+) -> None:
+    """The Assisted Installer's Agent for a VM of that identity (no agentRef recorded)."""
+    await world.create_agent(name, bound=bound)
+    inventory = {
+        "hostname": "localhost",
+        "interfaces": [{"macAddress": mac, "flags": [], "ipV4Addresses": [], "ipV6Addresses": []}],
+        "systemVendor": {"serialNumber": serial(bios_uuid), "manufacturer": "VMware, Inc."},
+    }
+    await world.kube.patch_merge(
+        AGENT,
+        namespace=world.namespace,
+        name=name,
+        subresource="status",
+        patch={"status": {"inventory": inventory}},
+    )
+
+    async def cached() -> bool:
+        obj = world.informers[AGENT].get(namespace=world.namespace, name=name) or {}
+        return bool((obj.get("status") or {}).get("inventory"))
+
+    await world.wait_for(f"Agent {name}'s inventory in the cache", cached)
+
+
+async def test_never_delete_the_vm_of_a_bound_agent_even_when_no_agent_ref_is_recorded(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    """The pool controller's bookkeeping can lose `status.vm.agentRef`; the Agent that
+    reports the VM's BIOS UUID still holds the VM, and only Agents tied to the VM go."""
+    async with world.run():
+        await world.create_secret()
+        await world.create_infra_env()
+        await world.create_pool()
+        await world.condition(POOL, "pool", "ISOReady", status="True")
+        await world.create_vsphere_agent("va1")
+        va = await world.condition(VA, "va1", "Ready", status="True", reason="VMReady")
+        recorded = va["status"]["vm"]
+        bios_uuid, mac = recorded["biosUUID"], recorded["macAddress"].replace("-", ":")
+        await registered_agent(world, "agent-1", bios_uuid=bios_uuid, mac=mac, bound=True)
+        # another VM's Agent that shares only the MAC (its BIOS UUID differs)
+        other = "42000000-0000-0000-0000-0000000000ee"
+        await registered_agent(world, "agent-other", bios_uuid=other, mac=mac)
+        await vcsim_control.reset_counters()
+        await delete_va(world)
+        held = await world.condition(VA, "va1", "Ready", status="False", reason="VMDeleting")
+        message = {c["type"]: c for c in held["status"]["conditions"]}["Ready"]["message"]
+        assert "Agent agent-1 is bound" in message
+        assert f"BIOS UUID {bios_uuid}" in message
+        warnings = await world.events("VMDeleting")
+        assert warnings
+        assert warnings[0]["type"] == "Warning"
+        assert "agent-1" in warnings[0]["message"]
+        assert [v.name for v in await world.vms()] == [world.vm_name("va1")]
+        assert (await vcsim_control.counters()).get("methods", {}).get("Destroy_Task", 0) == 0
+        agent = await world.get(AGENT, "agent-1")
+        assert agent is not None
+        assert agent["spec"]["approved"] is True  # not touched while bound
+        # CAPI releases it: the VM goes, with the Agent tied to it by identity only
+        await world.kube.patch_merge(
+            AGENT,
+            namespace=world.namespace,
+            name="agent-1",
+            patch={"metadata": {"labels": {names.LABEL_AGENT_MACHINE_REF: None}}},
+        )
+        await gone(world, VA, "va1")
+    assert await world.vms() == []
+    assert await world.get(AGENT, "agent-1") is None
+    assert await world.get(AGENT, "agent-other") is not None  # not this VM's Agent

@@ -88,3 +88,25 @@ def test_put_returns_the_replaced_object_and_pop_the_removed_one() -> None:
     assert popped["metadata"]["resourceVersion"] == "2"
     assert s.pop(store.ObjectKey("ns/a")) is None
     assert "ns/a" not in s
+
+
+def test_an_index_value_moves_between_one_and_several_keys_without_losing_any() -> None:
+    # One key per value is stored bare (memory); sharing and unsharing must be exact.
+    s = store.Store()
+    s.add_index("pool", by_pool)
+    s.put(obj("a", pool="p"))
+    assert s.index_keys("pool", "p") == {"ns/a"}
+    s.put(obj("b", pool="p"))
+    s.put(obj("c", pool="p"))
+    assert s.index_keys("pool", "p") == {"ns/a", "ns/b", "ns/c"}
+    s.pop(store.ObjectKey("ns/b"))
+    s.pop(store.ObjectKey("ns/a"))
+    assert s.index_keys("pool", "p") == {"ns/c"}
+    s.put(obj("c", rv="2", pool="p"))  # re-filed under the same value
+    assert [o["metadata"]["name"] for o in s.by_index("pool", "p")] == ["c"]
+    s.put(obj("d", pool="p"))
+    assert s.index_keys("pool", "p") == {"ns/c", "ns/d"}
+    s.pop(store.ObjectKey("ns/c"))
+    s.pop(store.ObjectKey("ns/d"))
+    assert s.index_keys("pool", "p") == set()
+    assert s.index_values("pool") == []

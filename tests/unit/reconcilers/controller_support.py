@@ -124,6 +124,26 @@ class FakeApi:
             del self.objects[(kind.kind, namespace or "", name)]
         return copy.deepcopy(obj)
 
+    async def patch_json(
+        self, kind: kinds.Kind, *, namespace: str | None = None, name: str,
+        operations: list[JsonObj], **_: Any,
+    ) -> JsonObj:  # fmt: skip
+        """RFC 6902, the `test` and `remove` of one finalizer only (what `vm` sends)."""
+        self._record("patch", kind, namespace, name, body=copy.deepcopy(operations))
+        self._fault("patch", kind)
+        obj = self._existing(kind, namespace, name)
+        finalizers = obj["metadata"].setdefault("finalizers", [])
+        for op in operations:
+            index = int(op["path"].rsplit("/", 1)[1])
+            if op["op"] == "test" and finalizers[index] != op["value"]:
+                raise errors.Invalid(status=422, reason="Invalid", message="test failed")
+            if op["op"] == "remove":
+                del finalizers[index]
+        self._bump(obj)
+        if obj["metadata"].get("deletionTimestamp") and not finalizers:
+            del self.objects[(kind.kind, namespace or "", name)]
+        return copy.deepcopy(obj)
+
     async def delete(
         self, kind: kinds.Kind, *, namespace: str | None = None, name: str, uid: str | None = None,
         **_: Any,

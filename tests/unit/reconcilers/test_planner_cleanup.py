@@ -5,11 +5,13 @@ from __future__ import annotations
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
 from agentforge.reconcilers.planner import ORPHAN_GRACE
+from agentforge.reconcilers.snapshot import Claim
 from tests.unit.reconcilers.planner_support import (
     World,
     agent_machine_obj,
     agent_obj,
     ago,
+    mac,
     machine_obj,
     uuid,
     vsphere_agent_obj,
@@ -178,3 +180,56 @@ def test_a_machine_deleted_record_is_kept_while_its_agent_is_bound() -> None:
     )  # fmt: skip
     plan = world.plan()
     assert plan.deletions == ()
+
+
+# --- never the VM of a bound Agent, whatever the bookkeeping says --------------------------
+
+
+def orphan(**identity: str) -> dict[str, object]:
+    """An Orphaned VM past its grace period whose agentRef was cleared."""
+    return vsphere_agent_obj(
+        "am-1", phase="Orphaned", reason="AgentMissing", transition=ago(hours=2), **identity
+    )
+
+
+def test_never_delete_a_vm_a_bound_agent_identifies_by_bios_uuid_even_if_not_matched() -> None:
+    # The Agent is not this pool's to match (another pool's label) and the record lost
+    # its agentRef: the BIOS UUID from its serial still says it is this VM's, bound.
+    world = World().add(
+        orphan(bios_uuid=uuid(1), mac_address=mac(1)),
+        agent_obj("a1", bios_uuid=uuid(1), macs=[mac(1)], bound_to="am-1",
+                  labels={names.LABEL_NODEPOOL: "another-nodepool"}),
+    )  # fmt: skip
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert [(d.vm, d.agent) for d in plan.deferrals] == [("vm-am-1", "a1")]
+    assert "Agent a1 is still bound to AgentMachine am-1" in plan.deferrals[0].reason
+    assert "BIOS UUID" in plan.deferrals[0].reason
+
+
+def test_never_delete_a_vm_a_bound_agent_identifies_by_mac_without_a_bios_uuid() -> None:
+    world = World().add(
+        orphan(bios_uuid=uuid(1), mac_address=mac(1)),
+        agent_obj("a1", macs=[mac(1)], cluster="another-cluster"),  # no VMware serial
+    )
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert [(d.vm, d.agent) for d in plan.deferrals] == [("vm-am-1", "a1")]
+
+
+def test_never_delete_a_vm_whose_bound_agent_is_claimed_by_another_pool() -> None:
+    world = World().add(
+        orphan(bios_uuid=uuid(1)), agent_obj("a1", bios_uuid=uuid(1), bound_to="am-7")
+    )
+    world.claims = [Claim("other", "theirs", "vm-theirs", None, None, "a1")]
+    assert deleted(world) == {}
+    assert [d.agent for d in world.plan().deferrals] == ["a1"]
+
+
+def test_a_bound_agent_sharing_only_the_mac_of_another_vm_blocks_nothing() -> None:
+    world = World().add(
+        orphan(bios_uuid=uuid(1), mac_address=mac(1)),
+        agent_obj("theirs", bios_uuid=uuid(2), macs=[mac(1)], bound_to="am-9",
+                  labels={names.LABEL_NODEPOOL: "another-nodepool"}),
+    )  # fmt: skip
+    assert deleted(world) == {"am-1": None}

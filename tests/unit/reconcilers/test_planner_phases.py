@@ -25,20 +25,53 @@ def test_a_vsphere_agent_without_a_vm_is_provisioning_and_never_times_out() -> N
     world = World().add(vsphere_agent_obj("am-1", created=ago(hours=5)))
     plan = world.plan()
     record = by_vm(plan)["am-1"]
-    assert (record.phase, record.reason) == (VMPhase.PROVISIONING, VMReason.VM_CREATE_PENDING)
+    assert (record.phase, record.reason) == (VMPhase.PROVISIONING, VMReason.AGENT_PENDING)
     assert plan.wake_at is None
 
 
-def test_a_recorded_creation_reports_vm_creating() -> None:
-    world = World().add(vsphere_agent_obj("am-1", creating=True))
-    assert one(world).reason == VMReason.VM_CREATING
+def test_creation_progress_is_not_the_planners_to_record_one_reason_for_provisioning() -> None:
+    # The vm controller reports pending/creating/created in Ready and status.creation;
+    # mirroring it into status.vm.reason cost two VsphereAgent writes per VM.
+    world = World().add(vsphere_agent_obj("am-1", phase="Provisioning", reason="AgentPending"))
+    assert not one(world).changed
+    world.add(vsphere_agent_obj("am-1", phase="Provisioning", reason="AgentPending", creating=True))
+    assert not one(world).changed
+    world.add(
+        vsphere_agent_obj(
+            "am-1",
+            phase="Provisioning",
+            reason="AgentPending",
+            bios_uuid=uuid(1),
+            created=ago(minutes=1),
+            ready_since=ago(minutes=1),
+        )
+    )
+    record = one(world)
+    assert (record.phase, record.reason, record.changed) == (
+        VMPhase.PROVISIONING,
+        VMReason.AGENT_PENDING,
+        False,
+    )
+
+
+def test_a_legacy_creation_reason_is_rewritten_once() -> None:
+    world = World().add(vsphere_agent_obj("am-1", phase="Provisioning", reason="VMCreated"))
+    record = one(world)
+    assert (record.reason, record.changed) == (VMReason.AGENT_PENDING, True)
+
+
+def test_an_adopted_vm_without_agent_is_provisioning_vm_adopted() -> None:
+    world = World().add(
+        vsphere_agent_obj("am-1", created_for="adopted", agent_machine=None, created=ago(minutes=1))
+    )
+    assert (one(world).phase, one(world).reason) == (VMPhase.PROVISIONING, VMReason.VM_ADOPTED)
 
 
 def test_a_created_vm_without_agent_is_provisioning_until_the_discovery_deadline() -> None:
     world = World().add(vsphere_agent_obj("am-1", bios_uuid=uuid(1), created=ago(minutes=10)))
     plan = world.plan()
     record = by_vm(plan)["am-1"]
-    assert (record.phase, record.reason) == (VMPhase.PROVISIONING, VMReason.VM_CREATED)
+    assert (record.phase, record.reason) == (VMPhase.PROVISIONING, VMReason.AGENT_PENDING)
     assert plan.wake_at == ago(minutes=10) + ORPHAN_GRACE
 
 

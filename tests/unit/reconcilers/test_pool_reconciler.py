@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from prometheus_client import REGISTRY
 
 from agentforge.api import kinds, names
@@ -86,7 +89,48 @@ async def test_a_plan_is_applied_and_the_status_written_once() -> None:
         "CapacitySatisfied",
     }
     assert "AgentsPrepared" in h.events.reasons()
-    assert "Planned" in h.events.reasons()
+
+
+async def test_one_event_per_agent_preparation_not_planned_and_prepared() -> None:
+    h = world()
+    await reconcile(h)
+    assert h.events.reasons() == ["AgentsPrepared"]
+    assert "a1 (VM vm-1)" in h.events.events[0].message
+
+
+async def test_planned_events_name_the_actions_other_than_agent_preparations() -> None:
+    h = world()
+    h.api.put(vsphere_agent_obj("orphan", phase="Orphaned", reason="AgentMissing",
+                                transition=ago(hours=2)))  # fmt: skip
+    h.sync()
+    await reconcile(h)
+    planned = [e.message for e in h.events.events if e.reason == "Planned"]
+    assert len(planned) == 1
+    assert "DeleteVM/vm-orphan" in planned[0]
+    assert "PatchAgent" not in planned[0]
+
+
+async def test_a_conflict_on_the_finalizer_patch_requeues_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = world(finalizers=[])
+    h.api.faults[("patch", "VsphereAgentPool")] = errors.Conflict(
+        status=409, reason="Conflict", message="the object has been modified"
+    )
+    with caplog.at_level(logging.DEBUG):
+        result = await reconcile(h)
+    assert getattr(result, "requeue", False) is True
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert h.api.verbs() == [("patch", "VsphereAgentPool", POOL)]  # nothing else this pass
+
+
+async def test_a_real_failure_of_the_finalizer_patch_still_raises() -> None:
+    h = world(finalizers=[])
+    h.api.faults[("patch", "VsphereAgentPool")] = errors.Forbidden(
+        status=403, reason="Forbidden", message="forbidden"
+    )
+    with pytest.raises(errors.Forbidden):
+        await reconcile(h)
 
 
 async def test_steady_state_costs_no_request_and_no_event() -> None:

@@ -98,7 +98,7 @@ def test_the_snapshot_holds_the_pools_world_and_other_pools_claims() -> None:
     assert [m.name for m in snapshot.machines] == ["am-1"]
     assert [a.name for a in snapshot.agents] == ["a1"]
     assert [va.name for va in snapshot.vsphere_agents] == ["am-1"]
-    assert snapshot.claims.by_agent["x"].vsphere_agent == "theirs"
+    assert [c.vsphere_agent for c in snapshot.claims.by_agent["x"]] == ["theirs"]
     assert snapshot.infra_env is not None
     assert snapshot.competing_pools == ["twin"]
     assert vsphere_agent_facts(theirs).pool == "other"

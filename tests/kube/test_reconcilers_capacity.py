@@ -1,0 +1,266 @@
+"""The whole operator in-process (scaleup, pool, infra, vm) against the control plane and vcsim.
+
+What one VM costs: from a waiting AgentMachine to its prepared Agent, counted by the
+fault proxy for the operator's own identity (the test writes as admin, playing
+HyperShift/CAPI and the Assisted Installer). The counts are requests, never wall
+clock, so the bounds hold on a loaded machine too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agentforge.api import kinds, names
+from agentforge.kube import client as kube_client
+from sim.controlplane.control import ProxyControl
+from sim.controlplane.controlplane import ControlPlane
+from sim.controlplane.pytest_plugin import namespace_name
+from sim.vcsim.launcher import Vcsim
+from tests.kube.reconcilers_support import IDENTITY, Operator, running_operator, serial, until
+from tests.kube.reconcilers_world import (
+    INFRA_ENV,
+    SECRET,
+    World,
+    install_current_crds,
+    world_for,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
+
+JsonObj = dict[str, Any]
+POOL = "pool"
+NODE_POOL = "np"
+WRITES = ("create", "update", "patch", "delete")
+VM_STATUS = f"{kinds.VSPHERE_AGENT.plural}.{names.GROUP}/status"
+# What one VM costs from a waiting AgentMachine to its prepared Agent, measured with
+# this test (before the clean-up of avoidable writes: 25-26 writes plus 2-3 retried
+# 409s; VsphereAgent status 8, pool status 7-8, events 6):
+#   scaleup  AgentMachine pin, VsphereAgent create, 1 event                         3
+#   vm       finalizer, checkpoint, create task ref, identity + Ready + ISOEjected
+#            in one status write, events VMCreating + VMCreated                      6
+#   pool     status.vm Provisioning and Available, the Agent patch, events Planned
+#            (DemandDeficit) + AgentsPrepared; pool status: one write per change of
+#            what it reports (the AgentMachine seen, seen waiting, the VM's entry,
+#            its identity, Available, the plan after the preparation)             <= 11
+VM_STATUS_WRITES = 5
+"""status.vm by the pool: Provisioning, Available; by the vm controller: checkpoint,
+task ref, then identity + Ready + ISOEjected together (a 409 retry aside)."""
+MAX_EVENTS = 5
+"""One per fact: VsphereAgentCreated, VMCreating, VMCreated, Planned, AgentsPrepared."""
+MAX_WRITES_PER_VM = 20
+"""Successful writes (requests answered 2xx)."""
+MAX_CONFLICTS = 2
+"""The pool and vm controllers may write the same VsphereAgent in the same instant;
+`update_status` retries the loser (each retry is one more request)."""
+
+
+@pytest.fixture(scope="module")
+def current_crds(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    install_current_crds(controlplane, tmp_path_factory.mktemp("crds"))
+
+
+@dataclass
+class Whole:
+    world: World
+    cpns: str
+    op: Operator
+
+    @property
+    def ns(self) -> str:
+        return self.world.namespace
+
+    async def pool_ready(self) -> None:
+        await self.world.create_infra_env()
+        await self.world.kube.create(
+            kinds.VSPHERE_AGENT_POOL,
+            self.world.pool_body(
+                POOL,
+                controlPlaneNamespace=self.cpns,
+                nodePoolRef={"name": NODE_POOL},
+            ),
+            namespace=self.ns,
+        )
+        await self.world.condition(kinds.VSPHERE_AGENT_POOL, POOL, "ISOReady", status="True")
+
+    async def waiting_agent_machine(self, name: str) -> None:
+        annotations = {names.ANNOTATION_NODEPOOL: f"{self.ns}/{NODE_POOL}"}
+        await self.world.kube.create(
+            kinds.AGENT_MACHINE,
+            {
+                "apiVersion": kinds.AGENT_MACHINE.api_version,
+                "kind": "AgentMachine",
+                "metadata": {"name": name, "annotations": annotations},
+                "spec": {"agentLabelSelector": {"matchLabels": {"pool": POOL}}},
+            },
+            namespace=self.cpns,
+        )
+        await self.world.kube.patch_merge(
+            kinds.AGENT_MACHINE,
+            namespace=self.cpns,
+            name=name,
+            subresource="status",
+            patch={"status": {"conditions": [{"type": "Ready", "status": "False",
+                   "reason": "NoSuitableAgents", "message": "no Agent matches",
+                   "lastTransitionTime": "2026-03-01T00:00:00Z"}]}},
+        )  # fmt: skip
+
+    async def machine(self, agent_machine: str) -> None:
+        annotations = {names.ANNOTATION_NODEPOOL: f"{self.ns}/{NODE_POOL}"}
+        await self.world.kube.create(
+            kinds.MACHINE,
+            {
+                "apiVersion": kinds.MACHINE.api_version,
+                "kind": "Machine",
+                "metadata": {"name": f"machine-{agent_machine}", "annotations": annotations},
+                "spec": {
+                    "clusterName": "hc",
+                    "bootstrap": {"dataSecretName": "bootstrap"},
+                    "infrastructureRef": {
+                        "apiVersion": kinds.AGENT_MACHINE.api_version,
+                        "kind": "AgentMachine",
+                        "name": agent_machine,
+                    },
+                },
+            },
+            namespace=self.cpns,
+        )
+
+    async def discovered(self, agent: str, va: JsonObj) -> None:
+        """The Assisted Installer's part: the booted VM registers an Agent."""
+        vm = va["status"]["vm"]
+        await self.world.kube.create(
+            kinds.AGENT,
+            {
+                "apiVersion": kinds.AGENT.api_version,
+                "kind": "Agent",
+                "metadata": {"name": agent, "labels": {names.LABEL_INFRAENV: INFRA_ENV}},
+                "spec": {"approved": False, "role": ""},
+            },
+            namespace=self.ns,
+        )
+        inventory = {
+            "hostname": "localhost",
+            "interfaces": [{"macAddress": vm["macAddress"].replace("-", ":"), "flags": [],
+                            "ipV4Addresses": [], "ipV6Addresses": []}],
+            "systemVendor": {"serialNumber": serial(vm["biosUUID"]),
+                             "manufacturer": "VMware, Inc."},
+        }  # fmt: skip
+        await self.world.kube.patch_merge(
+            kinds.AGENT,
+            namespace=self.ns,
+            name=agent,
+            subresource="status",
+            patch={"status": {"inventory": inventory}},
+        )
+
+    async def prepared(self, agent: str, am: str) -> JsonObj:
+        async def check() -> JsonObj | None:
+            found = await self.world.get(kinds.AGENT, agent)
+            if found is None:
+                return None
+            labels = found["metadata"].get("labels") or {}
+            ready = labels.get(names.LABEL_AGENT_MACHINE) == am and found["spec"].get("approved")
+            return found if ready else None
+
+        return await until(f"Agent {agent} prepared for {am}", check)
+
+    async def vm_phase(self, va: str, phase: str) -> JsonObj:
+        async def check() -> JsonObj | None:
+            found = await self.world.get(kinds.VSPHERE_AGENT, va)
+            vm = ((found or {}).get("status") or {}).get("vm") or {}
+            return found if vm.get("phase") == phase else None
+
+        return await until(f"VsphereAgent {va} {phase}", check)
+
+
+@pytest.fixture
+async def whole(
+    current_crds: None,
+    controlplane: ControlPlane,
+    kube: kube_client.KubeClient,
+    namespace: str,
+    vcsim: Vcsim,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Whole]:
+    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
+    async with world_for(kube=kube, namespace=namespace, vcsim=vcsim) as world:
+        await world.create_secret()
+        async with running_operator(
+            controlplane,
+            namespaces=[namespace, cpns],
+            vsphere_controllers=True,
+            registry=world.registry,  # its session is up before the test body
+        ) as op:
+            # the credentials' Secret informer, too, is the fixture's, not the test's
+            await op.deps.credentials.get(namespace=namespace, name=SECRET)
+            yield Whole(world=world, cpns=cpns, op=op)
+
+
+async def quiet(whole: Whole, proxy: ProxyControl, *, seconds: float = 1.5) -> list[Any]:
+    """Wait until the operator made no request for `seconds` with its queues idle."""
+    last: list[Any] | None = None
+    stable_since = asyncio.get_running_loop().time()
+    while True:
+        rows = sorted(
+            await proxy.count_rows(IDENTITY), key=lambda r: (r.verb, r.resource, r.status)
+        )
+        idle = all(len(c.queue) == 0 and not c.queue.processing for c in whole.op.controllers)
+        now = asyncio.get_running_loop().time()
+        if rows != last or not idle:
+            last, stable_since = rows, now
+        elif now - stable_since >= seconds:
+            return rows
+        await asyncio.sleep(0.1)
+
+
+def writes(rows: list[Any], *, ok: bool = False) -> Counter[tuple[str, str]]:
+    counted: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        if row.verb in WRITES and (not ok or row.status < 400):
+            counted[(row.verb, row.resource)] += row.count
+    return counted
+
+
+def conflicts(rows: list[Any]) -> Counter[tuple[str, str]]:
+    counted: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        if row.verb in WRITES and row.status == 409:
+            counted[(row.verb, row.resource)] += row.count
+    return counted
+
+
+def breakdown(counted: Counter[tuple[str, str]]) -> str:
+    return ", ".join(f"{v} {r} {n}" for (v, r), n in sorted(counted.items()))
+
+
+async def test_one_vm_from_waiting_agent_machine_to_prepared_agent_costs_at_most_20_writes(
+    whole: Whole, proxy: ProxyControl
+) -> None:
+    await whole.pool_ready()
+    await whole.machine("am-1")  # CAPI's Machine first, its AgentMachine next
+    await quiet(whole, proxy)
+    await proxy.reset_counts()
+
+    await whole.waiting_agent_machine("am-1")
+    va = await whole.world.condition(
+        kinds.VSPHERE_AGENT, "am-1", "Ready", status="True", reason="VMReady"
+    )
+    await whole.discovered("agent-1", va)
+    await whole.prepared("agent-1", "am-1")
+    await whole.vm_phase("am-1", "Available")
+    rows = await quiet(whole, proxy)
+
+    stored = writes(rows, ok=True)
+    retried = conflicts(rows)
+    summary = f"{breakdown(stored)}; 409: {breakdown(retried) or 'none'}"
+    print(f"one VM to a prepared Agent: {sum(stored.values())} writes: {summary}")
+    assert stored[("update", VM_STATUS)] <= VM_STATUS_WRITES, summary
+    assert stored[("create", "events")] + stored[("patch", "events")] <= MAX_EVENTS, summary
+    assert sum(stored.values()) <= MAX_WRITES_PER_VM, summary
+    assert sum(retried.values()) <= MAX_CONFLICTS, summary

@@ -1,0 +1,142 @@
+"""The `vm` reconciler over a fake API server: writes per pass, read-your-writes, the bound
+Agent guard of a deletion. Only paths that never reach vSphere (`Deps.vsphere` is None)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentforge.api import kinds, names
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers import ejection, vm
+from agentforge.reconcilers.vm_context import VmContext
+from tests.unit.reconcilers.controller_support import Harness, harness
+from tests.unit.reconcilers.planner_support import (
+    NS,
+    agent_obj,
+    mac,
+    pool_obj,
+    uuid,
+    vsphere_agent_obj,
+)
+
+KEY = ObjectKey(f"{NS}/va1")
+
+
+def reconciler(h: Harness) -> vm.VmReconciler:
+    return vm.VmReconciler(deps=h.deps, ejection=ejection.Ejection())
+
+
+def conditions(h: Harness) -> dict[str, tuple[str, str]]:
+    found = h.api.find(kinds.VSPHERE_AGENT, NS, "va1")
+    assert found is not None
+    return {c["type"]: (c["status"], c["reason"]) for c in found["status"]["conditions"]}
+
+
+def status_writes(h: Harness) -> int:
+    return sum(1 for c in h.api.calls if c.verb == "update-status" and c.kind == "VsphereAgent")
+
+
+async def test_the_first_pass_writes_ready_and_iso_ejected_in_one_status_write() -> None:
+    h = harness(pool_obj(), vsphere_agent_obj("va1"))  # no ISO cached yet
+    await reconciler(h).reconcile(KEY)
+    assert conditions(h) == {
+        "Ready": ("False", "WaitingForISO"),
+        "ISOEjected": ("False", "Disabled"),
+    }
+    assert [(c.verb, c.kind) for c in h.api.calls if c.verb != "get"] == [
+        ("patch", "VsphereAgent"),  # the finalizer
+        ("update-status", "VsphereAgent"),
+    ]
+
+
+async def test_a_pass_never_decides_from_a_version_it_has_written_over() -> None:
+    h = harness(pool_obj(), vsphere_agent_obj("va1"))
+    r = reconciler(h)
+    await r.reconcile(KEY)
+    h.api.calls.clear()
+    stale = await r.reconcile(KEY)  # the cache has not seen the writes yet
+    assert h.api.calls == []
+    assert stale is not None
+    assert stale.requeue_after == vm.CACHE_BEHIND_RECHECK_S
+    h.sync()
+    assert await r.reconcile(KEY) is None  # caught up: steady, nothing to write
+    assert h.api.calls == []
+
+
+async def test_a_pass_without_a_pool_writes_its_condition_once() -> None:
+    h = harness(vsphere_agent_obj("va1", pool_name="gone"))
+    await reconciler(h).reconcile(KEY)
+    assert conditions(h) == {"Ready": ("False", "PoolNotFound")}
+    assert status_writes(h) == 1
+
+
+def deleting_va(**vm_status: Any) -> dict[str, Any]:
+    va = vsphere_agent_obj("va1", vm_name="vm-1", **vm_status)
+    va["metadata"]["finalizers"] = [names.FINALIZER_VSPHERE_AGENT]
+    va["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z"
+    return va
+
+
+async def test_a_bound_agent_reporting_the_vms_bios_uuid_holds_the_deletion() -> None:
+    # status.vm.agentRef lost (the pool controller cleared it): the cache still knows.
+    h = harness(
+        pool_obj(),
+        deleting_va(bios_uuid=uuid(1), mac_address=mac(1)),
+        agent_obj("agent-1", bios_uuid=uuid(1), macs=[mac(1)], bound_to="am-1"),
+    )
+    result = await reconciler(h).reconcile(KEY)
+    assert result is not None
+    assert result.requeue_after is not None
+    assert conditions(h)["Ready"] == ("False", "VMDeleting")
+    warning = next(e for e in h.events.events if e.reason == "VMDeleting")
+    assert warning.type == "Warning"
+    assert "Agent agent-1 is bound to am-1" in warning.message
+    assert f"BIOS UUID {uuid(1)}" in warning.message
+    assert [c.verb for c in h.api.calls if c.verb not in ("get", "update-status")] == []
+
+
+async def test_a_bound_agent_without_bios_uuid_holds_the_deletion_by_mac() -> None:
+    h = harness(
+        pool_obj(),
+        deleting_va(bios_uuid=uuid(1), mac_address=mac(1)),
+        agent_obj("agent-1", macs=[mac(1)], cluster="demo"),  # no VMware serial
+    )
+    await reconciler(h).reconcile(KEY)
+    assert conditions(h)["Ready"] == ("False", "VMDeleting")
+    assert f"MAC {mac(1)}" in next(e.message for e in h.events.events if e.reason == "VMDeleting")
+
+
+class VmAlreadyGone:
+    """A vSphere service that finds no VM (deleted by hand before the VsphereAgent)."""
+
+    async def vm_by_uuid(self, **_: Any) -> None:
+        return None
+
+    async def vm_by_name(self, **_: Any) -> None:
+        return None
+
+
+async def test_a_bound_agent_of_another_vm_sharing_the_mac_holds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only the VM's own Agent (unbound, tied by BIOS UUID) is deleted, never the
+    # Agent of another VM that shares the MAC, bound or not.
+    h = harness(
+        pool_obj(),
+        deleting_va(bios_uuid=uuid(1), mac_address=mac(1)),
+        agent_obj("theirs", bios_uuid=uuid(2), macs=[mac(1)], bound_to="am-9"),
+        agent_obj("theirs-unbound", bios_uuid=uuid(3), macs=[mac(1)]),
+        agent_obj("ours", bios_uuid=uuid(1), macs=[mac(1)]),
+    )
+
+    async def service(self: VmContext) -> Any:
+        return VmAlreadyGone()
+
+    monkeypatch.setattr(VmContext, "service", service)
+    assert await reconciler(h).reconcile(KEY) is None
+    deleted = [c.name for c in h.api.calls if c.verb == "delete" and c.kind == "Agent"]
+    assert deleted == ["ours"]
+    assert "VMDeleting" not in h.events.reasons()
+    assert h.api.find(kinds.VSPHERE_AGENT, NS, "va1") is None  # finalizer removed
