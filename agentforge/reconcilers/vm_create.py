@@ -53,7 +53,7 @@ from agentforge.reconcilers.vm_context import (
     is_checkpointed,
 )
 
-__all__ = ["ensure_created", "vm_name"]
+__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "look_up", "vm_name"]
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ async def ensure_created(ctx: VmContext) -> Result | None:
         plan = vm_decide.Resume(vm_decide.ResumeStep.CREATE)
     else:
         try:
-            plan = await _look_up(service, ctx, record)
+            plan = await look_up(service, ctx, record)
         except vsphere.VsphereError as exc:
             await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
             return Result(requeue=True)
@@ -251,7 +251,7 @@ def _attempt_edit(record: CreationRecord) -> Edit:
     return edit
 
 
-async def _look_up(
+async def look_up(
     service: vsphere.VsphereService, ctx: VmContext, record: CreationRecord
 ) -> vm_decide.Resume:
     """Ask about the recorded task (waiting while it runs), then look the VM up."""

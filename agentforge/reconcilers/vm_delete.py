@@ -18,12 +18,17 @@ Order, each step finished before the next:
    once the VM is found. The unbound ones of the VsphereAgent's namespace are the
    VM's Agents: each is unapproved with an optimistic lock first, so CAPI cannot
    bind it while its VM is being deleted.
-4. The VM, looked up by recorded BIOS UUID (then by name in the folder), is deleted
+4. A creation record (`status.creation`: a create was started and not yet recorded
+   as done) is resumed first, as a restart resumes it: while the recorded task, or
+   any `CreateVM_Task` in the recorded folder, still runs, nothing is deleted and the
+   finalizer stays (Ready=False `VMDeleting`), so a VM finished after the lookup
+   cannot outlive its VsphereAgent.
+5. The VM, looked up by recorded BIOS UUID (then by name in the folder), is deleted
    only if ours: markers naming this pool (UID included) and VsphereAgent, or
    unmarked with BIOS UUID and name equal to the record (stamped, then deleted, so
    the vSphere layer's own marker check guards the destroy). A VM not provably ours
    is left alone with a Warning event naming it, and its Agents are kept too.
-5. The VM's Agents are deleted with uid + resourceVersion preconditions (never a
+6. The VM's Agents are deleted with uid + resourceVersion preconditions (never a
    version we did not see unbound); then the finalizer is removed. An Agent that
    cannot be tied to the VM is never deleted.
 """
@@ -43,7 +48,7 @@ from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import indexes, pool_specs, vm_decide
+from agentforge.reconcilers import indexes, pool_specs, vm_create, vm_decide
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
 from agentforge.reconcilers.snapshot import agent_facts, identifies, identity_conflicts
@@ -119,6 +124,8 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
     if agents.bound is not None:
         return await _held(ctx, agents.bound, vm=name or bios_uuid or "")
     try:
+        if agent.status.creation is not None and not await _creation_settled(ctx):
+            return Result(requeue_after=vm_create.IN_FLIGHT_RECHECK_S)
         outcome = await _delete_vm(ctx, pool, name=name, bios_uuid=bios_uuid, agents=agents)
         if isinstance(outcome, _Tied):  # vSphere's identity of the VM ties a bound Agent
             return await _held(ctx, outcome, vm=name or bios_uuid or "")
@@ -133,6 +140,25 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
         return Result(requeue=True)  # the Agent changed since the cache saw it: look again
     await remove_finalizer(ctx)
     return None
+
+
+async def _creation_settled(ctx: VmContext) -> bool:
+    """A creation record means a create may still be running in vCenter (a crash, or a
+    delete while it ran): its VM could appear after the lookup and outlive the
+    VsphereAgent. The record is resumed as a restart would (`vm_create.look_up`:
+    the recorded task is waited for, else any `CreateVM_Task` in the folder) and the
+    VM is looked for only once nothing may still make it."""
+    record = ctx.agent.status.creation
+    assert record is not None
+    resumed = await vm_create.look_up(await ctx.service(), ctx, record)
+    if resumed.step is not vm_decide.ResumeStep.WAIT:
+        return True
+    await ctx.ready(
+        ok=False,
+        reason=R.VM_DELETING,
+        message=f"waiting before deleting VM {record.vm_name}: {resumed.why}",
+    )
+    return False
 
 
 # --- which Agents are this VM's ----------------------------------------------------------

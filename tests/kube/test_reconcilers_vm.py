@@ -259,6 +259,54 @@ async def test_a_restart_while_the_create_task_runs_waits_for_it_and_creates_not
     assert not await world.events("VMNameConflict")
 
 
+@pytest.mark.parametrize("task_ref_written", [True, False])
+async def test_deleting_while_the_create_task_runs_waits_for_it_then_deletes_its_vm(
+    world: World, vcsim_control: VcsimControl, task_ref_written: bool
+) -> None:
+    """Killed mid-create, deleted while down: the restarted operator must not drop the
+    finalizer before the in-flight create has finished, or its VM outlives the
+    VsphereAgent."""
+    await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
+    async with world.run():
+        await pool_with_iso(world)
+        await world.create_vsphere_agent("va1")
+
+        async def task_recorded() -> dict[str, Any] | None:
+            va = await world.get(VA, "va1")
+            return va if va and (status_of(va).get("creation") or {}).get("taskRef") else None
+
+        va = await world.wait_for("the create task's moref in status.creation", task_recorded)
+        await world.crash()
+    record = status_of(va)["creation"]
+    if not task_ref_written:  # as if killed between the task's start and the second write
+
+        def forget(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["status"]["creation"].pop("taskRef")
+            return obj
+
+        await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=forget)
+    await world.kube.delete(VA, namespace=world.namespace, name="va1")
+    assert await world.vms() == [], "deleted while the task is still in flight"
+    async with world.run():
+        if not task_ref_written:  # no task to ask about: the creates in the folder hold it
+
+            async def waiting() -> dict[str, Any] | None:
+                va = await world.get(VA, "va1")
+                return va if va and "still run in folder" in ready(va)["message"] else None
+
+            held = await world.wait_for("Ready to say the delete waits for the create", waiting)
+            assert ready(held)["reason"] == "VMDeleting"
+            assert names.FINALIZER_VSPHERE_AGENT in held["metadata"]["finalizers"]
+        await gone(world, VA, "va1")
+    assert await world.vms() == []
+    counters = await vcsim_control.counters()
+    assert method_count(counters, "CreateVM_Task") == 1
+    assert method_count(counters, "Destroy_Task") == 1
+    deleted = await world.events("VMDeleted")
+    assert deleted
+    assert record["biosUUID"] in deleted[0]["message"]
+
+
 async def test_a_failed_create_keeps_the_record_and_the_retry_makes_exactly_one_vm(
     world: World, vcsim_control: VcsimControl
 ) -> None:
