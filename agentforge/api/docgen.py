@@ -37,6 +37,7 @@ _ENUMS: Final[tuple[type[StrEnum], ...]] = (
     conditions.ISOEjectedReason,
     vm.VMPhase,
     vm.VMReason,
+    vm.VMSource,
     pool.PlannedActionType,
     vsphereagent.CreationPhase,
     vsphereagent.ISOEjectionPhase,
@@ -149,7 +150,14 @@ def _resource_section(resource: crdgen.Resource, documented: set[type[BaseModel]
 
 
 def _enum_section() -> list[str]:
-    lines = ["## Enumerations", ""]
+    lines = [
+        "## Enumerations",
+        "",
+        "The values this version writes. A status field holding one accepts any other string",
+        "too (written by another version) and is not an `enum` in the CRD; see each field for",
+        "how an unknown value is treated. Spec fields accept only the values listed with them.",
+        "",
+    ]
     for enum in _ENUMS:
         values = ", ".join(f"`{member.value}`" for member in enum)
         lines += [f"- **{enum.__name__}**: {values}"]

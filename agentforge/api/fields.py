@@ -11,16 +11,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Final
+from enum import StrEnum
+from typing import Annotated, Any, Final, TypeVar
 
 from annotated_types import Ge
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Field,
     GetJsonSchemaHandler,
     PlainSerializer,
     StringConstraints,
+    WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
@@ -99,6 +102,38 @@ Int64 = Annotated[int, KubeSchema.of(format="int64")]
 """An integer the Go operator holds in an int64 (generations, sizes)."""
 Count = Annotated[int, Ge(0), KubeSchema.of(format="int32")]
 """A non-negative int32 count in status."""
+
+# --- status enumerations -------------------------------------------------------------
+
+_E = TypeVar("_E", bound=StrEnum)
+
+OpenEnum = Annotated[
+    _E | str, Field(union_mode="left_to_right"), WithJsonSchema({"type": "string"})
+]
+"""A status field holding a value of the enum `E`, or any string another version wrote.
+
+Status is written by whichever operator runs: this one, an older or newer release of
+it, or the Go operator. A value this release does not know must not make the whole
+object unparseable (that stalls every reconcile of it), so a known value parses to
+its `E` member and any other string is kept as written (and written back unchanged).
+Read it with `known(E, value)`, or compare with `is`: an unknown value equals no
+member. The CRD schema is a plain string, without `enum`, so the API server accepts
+every version's status writes (docs/design/0003). Spec fields use `E` itself: user
+input stays closed, checked by the CRD and by the model alike.
+"""
+
+
+def known(enum: type[_E], value: object) -> _E | None:
+    """`value` as a member of `enum`; None when it is absent or a value `enum` lacks."""
+    if isinstance(value, enum):
+        return value
+    if isinstance(value, str):
+        try:
+            return enum(value)
+        except ValueError:
+            return None
+    return None
+
 
 # --- names ---------------------------------------------------------------------------
 

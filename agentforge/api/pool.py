@@ -29,6 +29,7 @@ from agentforge.api.fields import (
     Int64,
     KubeModel,
     LabelValue,
+    OpenEnum,
     OptionalDNS1123Label,
     Time,
     VsphereIdent,
@@ -187,8 +188,10 @@ class PlannedActionType(StrEnum):
 class PlannedAction(KubeModel):
     """One action of the latest plan."""
 
-    type: PlannedActionType
-    """DemandDeficit, DeleteVM, DeleteAgent, PatchAgent or Noop."""
+    type: OpenEnum[PlannedActionType]
+    """DemandDeficit, DeleteVM, DeleteAgent, PatchAgent or Noop (values in
+    `PlannedActionType`); other versions may write others (older Go releases documented
+    CreateVM)."""
     name: str | None = None
     """The VM or Agent acted on, when there is one."""
     reason: str

@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from agentforge.api import identity
-from agentforge.api.fields import KubeModel, Time
+from agentforge.api.fields import KubeModel, OpenEnum, Time
 from agentforge.api.meta import ObjectReference
 
 
@@ -104,13 +104,15 @@ class OwnedVM(KubeModel):
     """The Assisted Installer Agent matched to this VM."""
     machine_ref: ObjectReference | None = None
     """The CAPI Machine, while bound."""
-    phase: VMPhase | None = None
-    """Where the VM is in its life: Provisioning, Available, Bound, Released or Orphaned."""
+    phase: OpenEnum[VMPhase] | None = None
+    """Where the VM is in its life: Provisioning, Available, Bound, Released or Orphaned
+    (values in `VMPhase`); another value, written by another version, is recomputed by the
+    pool controller."""
     reason: str | None = None
     """A short machine-readable explanation of the phase (values in `VMReason`)."""
-    source: VMSource | None = None
+    source: OpenEnum[VMSource] | None = None
     """VsphereAgent, or DiscoveredAgent for a VM only seen through an Agent (never
-    cleaned up automatically)."""
+    cleaned up automatically; values in `VMSource`)."""
     last_transition_time: Time | None = None
     """When the phase last changed."""
 

@@ -26,8 +26,10 @@ from agentforge.api.fields import (
     Int32,
     Int64,
     KubeModel,
+    OpenEnum,
     Time,
     immutable,
+    known,
 )
 from agentforge.api.kinds import VSPHERE_AGENT
 from agentforge.api.meta import LocalObjectReference, ObjectMeta
@@ -83,8 +85,10 @@ class CreationRecord(KubeModel):
     """The VM folder used, for a lookup by inventory path as the last resort."""
     iso_path: DatastorePath | None = None
     """The discovery ISO inserted into the CD-ROM; counted as in use while recorded."""
-    phase: CreationPhase = CreationPhase.RECORDED
-    """The last step recorded before it was taken."""
+    phase: OpenEnum[CreationPhase] = CreationPhase.RECORDED
+    """The last step recorded before it was taken (values in `CreationPhase`). A restart
+    resumes a record whatever its phase, known or not: vCenter is asked about the task and
+    the VM before anything is created."""
     task_ref: str | None = None
     """The managed object reference of the last issued vSphere task, once known."""
     started_at: Time
@@ -139,10 +143,14 @@ class ISOEjectionRecord(KubeModel):
     """The CD-ROM's device key."""
     iso_path: DatastorePath
     """The exact medium, `[datastore] path`; recovery refuses any other."""
-    phase: ISOEjectionPhase = ISOEjectionPhase.RECORDED
-    """The last step recorded before it was taken."""
+    phase: OpenEnum[ISOEjectionPhase] = ISOEjectionPhase.RECORDED
+    """The last step recorded before it was taken (values in `ISOEjectionPhase`). With a
+    phase this version does not know (another version wrote it), a running disconnect is
+    waited for and an emptied CD-ROM ends the operation, but nothing is issued, answered or
+    dropped."""
     disconnect_started: bool = False
-    """The Go operator's flag for phase >= DisconnectIssued; derived from `phase`."""
+    """The Go operator's flag for phase >= DisconnectIssued; derived from a known `phase`,
+    kept as written with an unknown one."""
     question_id: str | None = Field(default=None, alias="questionID")
     """The id of the CD-lock question, recorded before it is answered."""
     task_ref: str | None = None
@@ -164,9 +172,15 @@ class ISOEjectionRecord(KubeModel):
                 self.phase = ISOEjectionPhase.DISCONNECT_ISSUED
         return self
 
+    @property
+    def known_phase(self) -> ISOEjectionPhase | None:
+        """The phase, or None when another version wrote one this version does not know."""
+        return known(ISOEjectionPhase, self.phase)
+
     @field_serializer("disconnect_started")
-    def _serialize_disconnect_started(self, _: bool) -> bool:
-        return self.phase.disconnect_started
+    def _serialize_disconnect_started(self, stored: bool) -> bool:
+        phase = self.known_phase
+        return phase.disconnect_started if phase is not None else stored
 
     def advanced(
         self,
@@ -176,8 +190,11 @@ class ISOEjectionRecord(KubeModel):
         task_ref: str | None = None,
     ) -> ISOEjectionRecord:
         """A copy moved forward to `phase` (never backwards), with what it learned."""
-        if self._ORDER.index(phase) < self._ORDER.index(self.phase):
-            raise ValueError(f"ISO ejection cannot move from {self.phase} back to {phase}")
+        current = self.known_phase
+        if current is None:
+            raise ValueError(f"ISO ejection in unknown phase {self.phase!r} cannot be advanced")
+        if self._ORDER.index(phase) < self._ORDER.index(current):
+            raise ValueError(f"ISO ejection cannot move from {current} back to {phase}")
         if phase is ISOEjectionPhase.QUESTION_RECORDED and not (question_id or self.question_id):
             raise ValueError("QuestionRecorded needs the question id")
         update: dict[str, object] = {

@@ -11,7 +11,8 @@ What it promises (the seed's "Discovery ISO lifecycle"; decisions in `ejection_g
   and the record is cleared only after success. Deletion waits for it too
   (`finish_before_delete`), so a recorded ejection finishes before the VM goes.
 * A VsphereAgent **without** a record decides from the cache alone (no vSphere call):
-  `Ejected` is kept; opted out -> `Disabled`; Released VM, deleting Machine or Agent
+  `Ejected` is kept; opted out -> `Disabled`; Released VM (or a phase this version
+  does not know, until the pool controller recomputes it), deleting Machine or Agent
   -> no new ejection; otherwise the Agent must report `Installed=True`. Only then is
   the VM read once, ownership, hardware identity and the candidate CD-ROM checked,
   and the intent recorded and read back before vSphere is touched. A record the API
@@ -32,6 +33,7 @@ from typing import Final
 from agentforge import vsphere
 from agentforge.api import kinds, views
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentReason
+from agentforge.api.fields import known
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase
 from agentforge.api.vsphereagent import ISOEjectionRecord, Ownership, VsphereAgent
@@ -117,6 +119,10 @@ async def _resume(
 async def _maybe_start(ctx: VmContext, pool: VsphereAgentPool) -> Result | None:
     agent = _agent(ctx)
     recorded = ctx.agent.status.vm
+    if recorded is not None and recorded.phase and known(VMPhase, recorded.phase) is None:
+        # Another version's phase (it may mean Released): start nothing. The pool
+        # controller recomputes the phase, and its write wakes this VsphereAgent again.
+        return None
     decision = gate.gate(
         enabled=pool.spec.iso.eject_after_install,
         pool=f"{pool.metadata.namespace}/{pool.metadata.name}",

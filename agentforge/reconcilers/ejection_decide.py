@@ -16,7 +16,10 @@ ISO lifecycle"; starting one is `ejection_gate`):
   after our own Yes is retried as a fresh attempt;
 * a refusal touches nothing and keeps the record (reported, retried with backoff); a
   finalizing VsphereAgent drops a record whose disconnect was never issued (nothing
-  is in flight) rather than wait for a person.
+  is in flight) rather than wait for a person;
+* a phase this version does not know (another version wrote it) may have anything in
+  flight: a running reconfigure is followed and an emptied device still ends the
+  operation, but nothing is issued, answered, restarted or dropped (docs/design/0003).
 """
 
 from __future__ import annotations
@@ -196,6 +199,8 @@ def next_step(
             record=record,
             finalizing=finalizing,
         )
+    if record.known_phase is None:
+        return _unknown_phase(record, seen, vm=vm, finalizing=finalizing)
     if seen.question is not None:
         return _with_question(record, seen, seen.question, vm=vm, finalizing=finalizing)
     if record.phase is P.RECORDED:
@@ -219,6 +224,25 @@ def next_step(
         StepKind.RESTART,
         f"the disconnect of CD-ROM {record.device_key} of {vm} failed after its lock question "
         f"{record.question_id} was answered Yes; a fresh attempt is retried with backoff",
+    )
+
+
+def _unknown_phase(
+    record: ISOEjectionRecord, seen: Observation, *, vm: str, finalizing: bool
+) -> Step:
+    """Another version's phase: observe what runs, act on nothing (the record is kept)."""
+    if seen.running is None:
+        return Step(StepKind.FOLLOW)
+    return _refuse(
+        f"the ejection of CD-ROM {record.device_key} of {vm} was recorded in phase "
+        f"{record.phase!r}, which this agent-forge version does not know (another version "
+        f"wrote it), and the CD-ROM still holds {record.iso_path}: no disconnect is issued and "
+        "no question answered for it; let the version that wrote it finish, or remove "
+        "status.isoEjection to start over (kubectl patch vsphereagent <name> "
+        "--subresource=status --type=json -p "
+        """'[{"op":"remove","path":"/status/isoEjection"}]')""",
+        record=record,
+        finalizing=finalizing,
     )
 
 
