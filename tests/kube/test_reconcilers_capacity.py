@@ -27,7 +27,6 @@ from tests.kube.reconcilers_world import (
     INFRA_ENV,
     SECRET,
     World,
-    install_current_crds,
     world_for,
 )
 
@@ -58,11 +57,6 @@ MAX_WRITES_PER_VM = 20
 MAX_CONFLICTS = 2
 """The pool and vm controllers may write the same VsphereAgent in the same instant;
 `update_status` retries the loser (each retry is one more request)."""
-
-
-@pytest.fixture(scope="module")
-def current_crds(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    install_current_crds(controlplane, tmp_path_factory.mktemp("crds"))
 
 
 @dataclass

@@ -6,34 +6,18 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
-from agentforge.kube import client
 from sim.vcsim.control import VcsimControl
-from sim.vcsim.launcher import Vcsim
-from tests.kube.reconcilers_world import MUTATING, World, install_current_crds, world_for
+from tests.kube.reconcilers_world import MUTATING, World
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
 
 POOL = kinds.VSPHERE_AGENT_POOL
-
-
-@pytest.fixture(scope="module")
-def current_crds(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    install_current_crds(controlplane, tmp_path_factory.mktemp("crds"))
-
-
-@pytest.fixture
-async def world(
-    current_crds: None, kube: client.KubeClient, namespace: str, vcsim: Vcsim
-) -> AsyncIterator[World]:
-    async with world_for(kube=kube, namespace=namespace, vcsim=vcsim) as built:
-        yield built
 
 
 async def ready_pool(world: World, **spec: Any) -> dict[str, Any]:

@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.kube import client
 from sim.vcsim.control import VcsimControl
-from sim.vcsim.launcher import Vcsim
 from tests.kube.reconcilers_support import serial
-from tests.kube.reconcilers_world import World, install_current_crds, world_for
+from tests.kube.reconcilers_world import World
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
 
 VA = kinds.VSPHERE_AGENT
 POOL = kinds.VSPHERE_AGENT_POOL
 AGENT = kinds.AGENT
-
-
-@pytest.fixture(scope="module")
-def current_crds(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    install_current_crds(controlplane, tmp_path_factory.mktemp("crds"))
-
-
-@pytest.fixture
-async def world(
-    current_crds: None, kube: client.KubeClient, namespace: str, vcsim: Vcsim
-) -> AsyncIterator[World]:
-    async with world_for(kube=kube, namespace=namespace, vcsim=vcsim) as built:
-        yield built
 
 
 async def vm_with_agent(world: World, *, bound: bool = False, **pool_spec: Any) -> None:
