@@ -78,6 +78,13 @@ def cache_state(inf: informer.Informer) -> dict[str, tuple[str, int]]:
     }
 
 
+async def relisted(proxy: ProxyControl, *, at_least: int) -> None:
+    """Wait until the informer has sent `at_least` LISTs of ConfigMaps (a relist)."""
+    async with asyncio.timeout(30):
+        while (await proxy.counts()).get(("list", "configmaps"), 0) < at_least:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # polls the proxy, another process: no event to await
+
+
 async def converge(inf: informer.Informer, kube: client.KubeClient, namespace: str) -> None:
     expected = await server_state(kube, namespace)
     async with asyncio.timeout(30):
@@ -119,14 +126,17 @@ async def test_informer_survives_dropped_watches_and_410_without_losing_or_repea
         await proxy.wait_open_watches(1, resource="configmaps")
         writer = asyncio.create_task(churn(kube, namespace, steps=150, seed=7))
         try:
+            # Each fault hits an open watch mid-churn: the next one waits until the
+            # informer has reopened its watch (a torn stream is resumed after a backoff).
             await asyncio.sleep(0.2)
             await proxy.drop_watches(resource="configmaps")  # clean end: resume
-            await asyncio.sleep(0.3)
+            await proxy.wait_open_watches(1, resource="configmaps")
             await proxy.drop_watches(resource="configmaps", abort=True)  # torn: back off, resume
-            await asyncio.sleep(0.3)
+            await proxy.wait_open_watches(1, resource="configmaps")
             await proxy.gone_next_watch("configmaps")
             await proxy.drop_watches(resource="configmaps")  # the resumed watch gets 410: relist
-            await asyncio.sleep(0.3)
+            await relisted(proxy, at_least=2)
+            await proxy.wait_open_watches(1, resource="configmaps")
             await proxy.drop_watches(resource="configmaps", abort=True)
             await writer
         finally:
