@@ -120,11 +120,14 @@ def main(settings: Settings, *, controllers: Sequence[ControllerFactory] = CONTR
     return asyncio.run(run(settings, controllers=controllers))
 
 
-def _transform(kind: kinds.Kind) -> kube_trim.Transform:
+def cache_transform(kind: kinds.Kind) -> kube_trim.Transform:
+    """What the informer of `kind` keeps of each object: the kind's trim (which interns
+    keys and short strings and shares repeated small mappings, see `api.trim`; nothing
+    may copy its output again), else the default transform."""
     trim = api_trim.BY_KIND.get(kind)
     if trim is None:
         return kube_trim.default_transform
-    return kube_trim.chain(trim, kube_trim.compact)
+    return trim
 
 
 def _informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Informer]:
@@ -134,7 +137,7 @@ def _informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Infor
             client=client,
             kind=kind,
             namespaces=namespaces,
-            transform=_transform(kind),
+            transform=cache_transform(kind),
             page_size=LIST_PAGE_SIZE,
         )
         for kind in CACHED_KINDS

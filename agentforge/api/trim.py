@@ -4,7 +4,17 @@ An Agent as the API server returns it carries a hardware inventory of several KB
 managedFields and validation info; the operator reads a few hundred bytes of it.
 The cache stores the output of these functions only, which keeps 10,000 Agents in
 a few tens of MB. Each kept path is listed here, next to the view that reads it;
-`tests/unit/api` checks every view parses a trimmed object the same as a full one.
+`tests/unit/api` checks every view parses a trimmed object the same as a full one,
+and that the reconcilers' facts, index keys and Events read the same from both.
+
+The views model exactly what is kept here, so a field can leave the cache only
+together with its field in `views`/`meta` (the equality above would fail first).
+
+The kinds other projects own are the many (10,000 each), and their small string
+mappings repeat: the same condition entries, label and annotation sets. Those are
+kept `Shared`: one dict per distinct value, referenced by every cached object that
+holds it. The cache is read-only (`kube.store`: copy before mutating), which is what
+makes sharing safe; our own kinds, which the reconcilers write, are never shared.
 
 Secrets are never cached (the vSphere layer reads one when it logs in), so there is
 no trim function for them.
@@ -14,30 +24,44 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from agentforge.api import kinds
 
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """Keep `spec` (without the keys in `without`), then store the kept mapping once
+    and share it with every cached object holding an equal one. Only mappings whose
+    values are all strings or booleans are shared; any other value is kept as is."""
+
+    spec: Keep = True
+    without: frozenset[str] = frozenset()
+
+
 # A keep-spec: True keeps a value whole; a mapping keeps only the listed keys of a
-# mapping (recursively); a one-element list applies its spec to every list item.
-Keep = bool | Mapping[str, "Keep"] | list["Keep"]
+# mapping (recursively); a one-element list applies its spec to every list item;
+# `Shared` keeps its spec and shares the result.
+Keep = bool | Mapping[str, "Keep"] | list["Keep"] | Shared
 Trim = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 # Annotations that can be large and that nothing here reads.
 DROPPED_ANNOTATIONS: Final = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
+# AgentMachine and InfraEnv conditions, as `views.ObservedCondition` models them (the
+# ImageCreated message is shown on the pool). Nothing reads observedGeneration.
 _CONDITION: Final[Keep] = {
     "type": True,
     "status": True,
     "reason": True,
     "message": True,
     "lastTransitionTime": True,
-    "observedGeneration": True,
 }
 # Agents are the many: their conditions are only tested for status and reason.
-_AGENT_CONDITION: Final[Keep] = {"type": True, "status": True, "reason": True}
+_AGENT_CONDITION: Final[Keep] = Shared({"type": True, "status": True, "reason": True})
 
-METADATA: Final[Keep] = {
+METADATA: Final[Mapping[str, Keep]] = {
     "name": True,
     "namespace": True,
     "uid": True,
@@ -60,10 +84,18 @@ METADATA: Final[Keep] = {
     ],
 }
 
+# The kinds other projects own: the same fields, label and annotation sets shared.
+_SHARED_METADATA: Final[Keep] = {
+    **METADATA,
+    "labels": Shared(),
+    "annotations": Shared(without=DROPPED_ANNOTATIONS),
+}
+
 _ENVELOPE: Final[dict[str, Keep]] = {"apiVersion": True, "kind": True, "metadata": METADATA}
+_SHARED_ENVELOPE: Final[dict[str, Keep]] = {**_ENVELOPE, "metadata": _SHARED_METADATA}
 
 AGENT: Final[Keep] = {
-    **_ENVELOPE,
+    **_SHARED_ENVELOPE,
     "spec": {
         "approved": True,
         "role": True,
@@ -72,7 +104,7 @@ AGENT: Final[Keep] = {
     },
     "status": {
         "conditions": [_AGENT_CONDITION],
-        "debugInfo": {"state": True},
+        "debugInfo": Shared({"state": True}),
         "inventory": {
             "hostname": True,
             "interfaces": [{"macAddress": True}],
@@ -82,19 +114,19 @@ AGENT: Final[Keep] = {
 }
 
 AGENT_MACHINE: Final[Keep] = {
-    **_ENVELOPE,
-    "spec": {"agentLabelSelector": {"matchLabels": True}, "providerID": True},
-    "status": {"agentRef": True, "conditions": [_CONDITION]},
+    **_SHARED_ENVELOPE,
+    "spec": {"agentLabelSelector": {"matchLabels": Shared()}, "providerID": True},
+    "status": {"agentRef": True, "conditions": [Shared(_CONDITION)]},
 }
 
 MACHINE: Final[Keep] = {
-    **_ENVELOPE,
+    **_SHARED_ENVELOPE,
     "spec": {"infrastructureRef": {"kind": True, "name": True}},
-    "status": {"phase": True, "nodeRef": {"kind": True, "name": True}},
+    "status": Shared({"phase": True, "nodeRef": {"kind": True, "name": True}}),
 }
 
 INFRA_ENV: Final[Keep] = {
-    **_ENVELOPE,
+    **_SHARED_ENVELOPE,
     "status": {"isoDownloadURL": True, "conditions": [_CONDITION]},
 }
 
@@ -118,9 +150,35 @@ def _compact(value: Any) -> Any:
     return value
 
 
+# Distinct shared mappings, by their keys then values. Emptied when full: unique
+# mappings (an Agent's own labels) pass through, the repeated ones come back at once.
+_SHARED_MAX: Final = 4096
+_shared: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _share(kept: Any) -> Any:
+    """The one stored mapping equal to `kept`; `kept` itself when it is not a mapping
+    of strings and booleans (a number would compare equal to a boolean)."""
+    if not isinstance(kept, dict) or not all(type(v) in (str, bool) for v in kept.values()):
+        return kept
+    key = (*kept, *kept.values())
+    found = _shared.get(key)
+    if found is not None:
+        return found
+    if len(_shared) >= _SHARED_MAX:
+        _shared.clear()
+    _shared[key] = kept
+    return kept
+
+
 def keep(value: Any, spec: Keep) -> Any:
     """`value` reduced to what `spec` lists (see `Keep`), with strings interned;
     None when nothing is kept."""
+    if isinstance(spec, Shared):
+        kept = keep(value, spec.spec)
+        if spec.without and isinstance(kept, dict) and not spec.without.isdisjoint(kept):
+            kept = {k: v for k, v in kept.items() if k not in spec.without}
+        return None if kept is None else _share(kept)
     if spec is True:
         return _compact(value)
     if isinstance(spec, list):
@@ -144,10 +202,10 @@ def _trimmer(spec: Keep) -> Trim:
     def trim(obj: Mapping[str, Any]) -> dict[str, Any]:
         kept: dict[str, Any] = keep(obj, spec) or {}
         metadata = kept.get("metadata", {})
-        if "annotations" in metadata:
-            annotations = {
-                k: v for k, v in metadata["annotations"].items() if k not in DROPPED_ANNOTATIONS
-            }
+        annotations = metadata.get("annotations")
+        if annotations is not None:
+            if not DROPPED_ANNOTATIONS.isdisjoint(annotations):
+                annotations = {k: v for k, v in annotations.items() if k not in DROPPED_ANNOTATIONS}
             if annotations:
                 metadata["annotations"] = annotations
             else:

@@ -24,10 +24,9 @@ from typing import Any, TypeVar
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
-from agentforge.api import trim as api_trim
+from agentforge.app import cache_transform
 from agentforge.kube import client as kube_client
 from agentforge.kube import config as kube_config
-from agentforge.kube import trim as kube_trim
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
@@ -102,7 +101,7 @@ async def running_operator(
                 client=client,
                 kind=kind,
                 namespaces=namespaces,
-                transform=kube_trim.chain(api_trim.BY_KIND[kind], kube_trim.compact),
+                transform=cache_transform(kind),
             )
             for kind in KINDS
         }

@@ -30,10 +30,9 @@ from aiohttp import web
 
 from agentforge import vsphere
 from agentforge.api import crdgen, kinds, names
-from agentforge.api import trim as api_trim
+from agentforge.app import cache_transform
 from agentforge.kube import client
 from agentforge.kube import errors as kerrors
-from agentforge.kube import trim as kube_trim
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
@@ -118,7 +117,7 @@ class World:
                 client=kube,
                 kind=kind,
                 namespaces=[namespace],
-                transform=kube_trim.chain(api_trim.BY_KIND[kind], kube_trim.compact),
+                transform=cache_transform(kind),
             )
             for kind in CACHED
         }
