@@ -23,13 +23,20 @@ from datetime import datetime, timedelta
 from typing import Final, NamedTuple
 
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers import matching
-from agentforge.reconcilers.snapshot import MachineFacts, VsphereAgentFacts
+from agentforge.reconcilers.snapshot import AgentFacts, MachineFacts, VsphereAgentFacts
 
 ORPHAN_GRACE: Final = timedelta(minutes=30)
 """How long a VM may exist without discovery, and an orphan lingers before clean-up."""
 
 _ONCE_MATCHED: Final = frozenset({VMPhase.AVAILABLE, VMPhase.BOUND, VMPhase.RELEASED})
+_ONCE_BOUND: Final = frozenset({VMPhase.BOUND, VMPhase.RELEASED})
+
+# The outcomes a plan decides thousands of times, bound once: an Enum member lookup
+# (`VMPhase.BOUND`) is a slow metaclass attribute access on Python 3.11.
+_AVAILABLE: Final = VMPhase.AVAILABLE
+_AGENT_AVAILABLE: Final = VMReason.AGENT_AVAILABLE
+_BOUND: Final = VMPhase.BOUND
+_AGENT_BOUND: Final = VMReason.AGENT_BOUND
 
 
 class Ref(NamedTuple):
@@ -84,10 +91,10 @@ def _machine_ref(machine: MachineFacts | None, previous: str | None) -> Ref | No
 
 
 def _decide(
-    va: VsphereAgentFacts, found: matching.Match | None, ctx: PhaseContext
+    va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext
 ) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
     """Phase, reason, agentRef and machineRef of one VM."""
-    if found is None:
+    if agent is None:
         once_matched = bool(va.agent_ref) or va.phase in _ONCE_MATCHED
         if once_matched or (va.phase is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
             return VMPhase.ORPHANED, VMReason.AGENT_MISSING, None, None
@@ -101,23 +108,17 @@ def _decide(
             ctx.wake.append(deadline)
         return VMPhase.PROVISIONING, _provisioning_reason(va), None, None
 
-    agent = found.agent
     agent_ref = Ref(agent.name, agent.uid or None)
     if agent.bound:
         am = agent.agent_machine_ref
         machine = (ctx.machine_of_am.get(am) or ctx.machines.get(am)) if am else None
         if machine is None:
-            return (
-                VMPhase.BOUND,
-                VMReason.AGENT_BOUND,
-                agent_ref,
-                _machine_ref(None, va.machine_ref),
-            )
+            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, va.machine_ref)
         machine_ref = Ref(machine.name, machine.uid or None)
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, machine_ref
-        return VMPhase.BOUND, VMReason.AGENT_BOUND, agent_ref, machine_ref
-    if va.phase in (VMPhase.BOUND, VMPhase.RELEASED):
+        return _BOUND, _AGENT_BOUND, agent_ref, machine_ref
+    if va.phase in _ONCE_BOUND:
         if not va.machine_ref:
             reason = (
                 VMReason.MACHINE_DELETED
@@ -132,20 +133,18 @@ def _decide(
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, current
         return VMPhase.RELEASED, VMReason.AGENT_UNBOUND, agent_ref, current
-    return VMPhase.AVAILABLE, VMReason.AGENT_AVAILABLE, agent_ref, None
+    return _AVAILABLE, _AGENT_AVAILABLE, agent_ref, None
 
 
-def record(va: VsphereAgentFacts, found: matching.Match | None, ctx: PhaseContext) -> VMRecord:
-    phase, reason, agent_ref, machine_ref = _decide(va, found, ctx)
-    moved = phase is not va.phase or va.last_transition is None
-    last_transition = ctx.now if moved else va.last_transition
-    assert last_transition is not None
+def record(va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext) -> VMRecord:
+    """The record of `va`, matched to `agent` (None: no Agent matched)."""
+    phase, reason, agent_ref, machine_ref = _decide(va, agent, ctx)
+    since = va.last_transition
+    if phase is not va.phase or since is None:
+        return VMRecord(va.name, va.vm_name, phase, reason, agent_ref, machine_ref, ctx.now, True)
     changed = (
-        moved
-        or reason != va.reason
+        reason != va.reason
         or (agent_ref.name if agent_ref else None) != va.agent_ref
         or (machine_ref.name if machine_ref else None) != va.machine_ref
     )
-    return VMRecord(
-        va.name, va.vm_name, phase, reason, agent_ref, machine_ref, last_transition, changed
-    )
+    return VMRecord(va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed)

@@ -32,7 +32,6 @@ Pure (import-linter enforces it): no I/O, no clock; O(n log n) in Agents + VMs.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -86,6 +85,8 @@ MAX_PLANNED_ACTIONS: Final = 100
 
 _PENDING: Final = frozenset({VMPhase.PROVISIONING, VMPhase.AVAILABLE})
 _CLEANUP_CANDIDATES: Final = frozenset({VMPhase.RELEASED, VMPhase.ORPHANED, VMPhase.AVAILABLE})
+_AVAILABLE: Final = VMPhase.AVAILABLE
+"""Bound once: an Enum member lookup is slow on Python 3.11, and this one runs per VM."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,40 +232,45 @@ def plan(snapshot: Snapshot) -> Plan:
         },
     )
     demand = demand_.demand(agent_machines=snapshot.agent_machines, machines=snapshot.machines)
-    marker = discriminator(pool)
-    eligible = [
-        a
-        for a in snapshot.agents
-        if matching.exclusion(
-            a,
-            hosted_cluster=pool.spec.hosted_cluster_ref.name,
-            discriminator=marker,
-            claims=snapshot.claims,
-        )
-        is None
-    ]
-    matches = matching.match(snapshot.vsphere_agents, eligible)
-
-    live = sorted(
-        (va for va in snapshot.vsphere_agents if not va.deleting), key=attrgetter("vm_name", "name")
+    eligible = matching.eligible(
+        snapshot.agents,
+        hosted_cluster=pool.spec.hosted_cluster_ref.name,
+        discriminator=discriminator(pool),
+        claims=snapshot.claims,
     )
+    # one sort serves matching and the order of `Plan.vms`
+    ordered = matching.in_vm_order(snapshot.vsphere_agents)
+    matches, _ = matching.assign(ordered, eligible)
+
     records: list[VMRecord] = []
     patches: list[AgentPatch] = []
     deletions: list[Deletion] = []
     deferrals: list[Deferral] = []
+    retiring: list[VsphereAgentFacts] = []
+    ejections: dict[ISOEjectedReason, int] = {}
+    pending = 0
     cleanup = pool.cleanup_enabled
+    # an Available VM is surplus only while demand is quiet (`_cleanup_reason`)
+    candidates = _CLEANUP_CANDIDATES if demand.quiet else _CLEANUP_CANDIDATES - {_AVAILABLE}
     bound_agents = _BoundAgents(snapshot.agents)
     preparation = Preparation.of(pool)
-    for va in live:
-        found = matches.get(va.name)
-        record = phases.record(va, found, ctx)
+    for va in ordered:
+        if va.deleting:
+            retiring.append(va)
+            continue
+        if va.iso_ejected is not None:
+            ejections[va.iso_ejected] = ejections.get(va.iso_ejected, 0) + 1
+        agent = matches.get(va.name)
+        record = phases.record(va, agent, ctx)
         records.append(record)
-        agent = found.agent if found else None
-        if record.phase is VMPhase.AVAILABLE and agent is not None and not agent.deleting:
+        phase = record.phase
+        if phase in _PENDING:
+            pending += 1
+        if phase is _AVAILABLE and agent is not None and not agent.deleting:
             patch = preparation.patch(va, agent)
             if patch is not None:
                 patches.append(patch)
-        if not cleanup or record.phase not in _CLEANUP_CANDIDATES:
+        if not cleanup or phase not in candidates:
             continue
         reason = _cleanup_reason(record, va, demand, ctx)
         if reason is None:
@@ -295,7 +301,7 @@ def plan(snapshot: Snapshot) -> Plan:
                 Deletion(va.name, va.uid, record.name, agent.name if agent else None, reason)
             )
 
-    counts = _counts(snapshot, eligible, matches, records, demand)
+    counts = _counts(snapshot, eligible, matches, retiring=retiring, pending=pending, demand=demand)
     decided = (
         pool_conditions.demand_found(
             pool=pool, agent_machines=demand.agent_machines, competing=snapshot.competing_pools
@@ -308,7 +314,6 @@ def plan(snapshot: Snapshot) -> Plan:
         vsphere=_observed(pool, PoolConditionType.VSPHERE_READY),
         iso=_observed(pool, PoolConditionType.ISO_READY),
     )
-    ejections = Counter(va.iso_ejected for va in live if va.iso_ejected is not None)
     patches.sort(key=attrgetter("agent"))
     return Plan(
         counts=counts,
@@ -318,7 +323,7 @@ def plan(snapshot: Snapshot) -> Plan:
         deferrals=tuple(deferrals),
         actions=_actions(counts, patches, deletions, deferrals),
         conditions=(*decided, ready),
-        iso_ejections=dict(ejections),
+        iso_ejections=ejections,
         wake_at=min(ctx.wake) if ctx.wake else None,
     )
 
@@ -326,30 +331,35 @@ def plan(snapshot: Snapshot) -> Plan:
 def _counts(
     snapshot: Snapshot,
     eligible: Sequence[AgentFacts],
-    matches: Mapping[str, matching.Match],
-    records: Sequence[VMRecord],
+    matches: Mapping[str, AgentFacts],
+    *,
+    retiring: Sequence[VsphereAgentFacts],
+    pending: int,
     demand: demand_.Demand,
 ) -> Counts:
-    retiring = {va.name for va in snapshot.vsphere_agents if va.deleting}
-    held = {m.agent.name for name, m in matches.items() if name in retiring}
-    owned = {m.agent.name for name, m in matches.items() if name not in retiring}
-    wanted = {
-        k: v
+    """The counts; `retiring` are the deleting VsphereAgents, `pending` the owned VMs
+    Provisioning or Available."""
+    # an Agent matched to a deleting VM is held, not counted; one matched to a live VM
+    # is owned (an Agent matches at most one VM)
+    held = {agent.name for va in retiring if (agent := matches.get(va.name)) is not None}
+    matched = {agent.name for agent in matches.values()}
+    wanted = [
+        (k, v)
         for k, v in snapshot.pool.spec.agent.labels.items()
         if k not in (names.LABEL_NODEPOOL, names.LABEL_NODEPOOL_ROLE)
-    }
+    ]
     bound = available = 0
     for agent in eligible:
-        if agent.name in held:
+        name = agent.name
+        if name in held:
             continue
-        if agent.name in owned or (
-            not agent.deleting and all(agent.labels.get(k) == v for k, v in wanted.items())
+        if name in matched or (
+            not agent.deleting and all(agent.labels.get(k) == v for k, v in wanted)
         ):
             if agent.bound:
                 bound += 1
             else:
                 available += 1
-    pending = sum(1 for r in records if r.phase in _PENDING)
     return demand_.counts(demand=demand, bound=bound, available=available, pending=pending)
 
 

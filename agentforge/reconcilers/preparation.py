@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.reconcilers.snapshot import AgentFacts, VsphereAgentFacts
+
+_SELECTION: Final = names.LABEL_AGENT_MACHINE
 
 
 class AgentPatch(NamedTuple):
@@ -57,15 +59,19 @@ class Preparation:
 
     def patch(self, va: VsphereAgentFacts, agent: AgentFacts) -> AgentPatch | None:
         have = agent.labels
-        labels = {k: v for k, v in self.labels.items() if have.get(k) != v}
-        selection = va.agent_machine or va.vm_name
-        if have.get(names.LABEL_AGENT_MACHINE) != selection:
-            labels[names.LABEL_AGENT_MACHINE] = selection
+        vm_name = va.vm_name
+        labels: dict[str, str] = {}
+        for key, value in self.labels.items():
+            if have.get(key) != value:
+                labels[key] = value
+        selection = va.agent_machine or vm_name
+        if have.get(_SELECTION) != selection:
+            labels[_SELECTION] = selection
         spec: dict[str, Any] = {}
         if agent.role != self.role:
             spec["role"] = self.role
-        if agent.spec_hostname != va.vm_name:
-            spec["hostname"] = va.vm_name
+        if agent.spec_hostname != vm_name:
+            spec["hostname"] = vm_name
         if self.approve and not agent.approved:
             spec["approved"] = True
         if not labels and not spec:
@@ -75,4 +81,4 @@ class Preparation:
             patch["metadata"] = {"labels": labels}
         if spec:
             patch["spec"] = spec
-        return AgentPatch(agent=agent.name, vm=va.vm_name, patch=patch)
+        return AgentPatch(agent.name, vm_name, patch)
