@@ -200,10 +200,12 @@ async def test_a_crash_after_the_checkpoint_finds_the_vm_instead_of_creating_a_s
     assert method_count(await vcsim_control.counters(), "CreateVM_Task") == 1
 
 
-@pytest.mark.parametrize("task_ref_written", [True, False])
-async def test_a_restart_while_the_create_task_runs_waits_for_it_and_creates_nothing(
-    world: World, vcsim_control: VcsimControl, task_ref_written: bool
-) -> None:
+async def killed_mid_create(
+    world: World, vcsim_control: VcsimControl, *, task_ref_written: bool
+) -> dict[str, Any]:
+    """The operator killed while va1's CreateVM_Task runs (3 s in vcsim); its creation
+    record, without `taskRef` when `task_ref_written` is False (as if killed between the
+    task's start and the second status write)."""
     await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
     async with world.run():
         await pool_with_iso(world)
@@ -215,15 +217,23 @@ async def test_a_restart_while_the_create_task_runs_waits_for_it_and_creates_not
 
         va = await world.wait_for("the create task's moref in status.creation", task_recorded)
         await world.crash()
-    record = status_of(va)["creation"]
+    record: dict[str, Any] = status_of(va)["creation"]
     assert record["taskRef"].startswith("task-")
-    if not task_ref_written:  # as if killed between the task's start and the second write
+    if not task_ref_written:
 
         def forget(obj: dict[str, Any]) -> dict[str, Any]:
             obj["status"]["creation"].pop("taskRef")
             return obj
 
         await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=forget)
+    return record
+
+
+@pytest.mark.parametrize("task_ref_written", [True, False])
+async def test_a_restart_while_the_create_task_runs_waits_for_it_and_creates_nothing(
+    world: World, vcsim_control: VcsimControl, task_ref_written: bool
+) -> None:
+    record = await killed_mid_create(world, vcsim_control, task_ref_written=task_ref_written)
     assert await world.vms() == [], "restarted while the task is still in flight"
     async with world.run():
         if not task_ref_written:  # no task to ask about: the running create is waited for
@@ -250,25 +260,7 @@ async def test_deleting_while_the_create_task_runs_waits_for_it_then_deletes_its
     """Killed mid-create, deleted while down: the restarted operator must not drop the
     finalizer before the in-flight create has finished, or its VM outlives the
     VsphereAgent."""
-    await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
-    async with world.run():
-        await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-
-        async def task_recorded() -> dict[str, Any] | None:
-            va = await world.get(VA, "va1")
-            return va if va and (status_of(va).get("creation") or {}).get("taskRef") else None
-
-        va = await world.wait_for("the create task's moref in status.creation", task_recorded)
-        await world.crash()
-    record = status_of(va)["creation"]
-    if not task_ref_written:  # as if killed between the task's start and the second write
-
-        def forget(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["status"]["creation"].pop("taskRef")
-            return obj
-
-        await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=forget)
+    record = await killed_mid_create(world, vcsim_control, task_ref_written=task_ref_written)
     await world.kube.delete(VA, namespace=world.namespace, name="va1")
     assert await world.vms() == [], "deleted while the task is still in flight"
     async with world.run():
