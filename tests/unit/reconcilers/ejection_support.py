@@ -20,7 +20,9 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.api.vsphereagent import ISOEjectionRecord, VsphereAgent
+from agentforge.reconcilers import ejection_decide as decide
+from agentforge.reconcilers.ejection_decide import Device, Observation
 from agentforge.reconcilers.vm_context import VmContext
 from agentforge.vsphere import facts as vfacts
 from tests.unit.reconcilers import planner_support as ps
@@ -124,6 +126,18 @@ def vsphere_agent(**kw: Any) -> JsonObj:
     if record is not None:
         obj["status"]["isoEjection"] = record
     return obj
+
+
+def seen(**kw: Any) -> Observation:
+    """An observation of our VM with the recorded CD-ROM attached, unless told otherwise."""
+    kw.setdefault("verdict", vsphere.Verdict.OURS)
+    kw.setdefault("device", Device.ATTACHED)
+    return Observation(**kw)
+
+
+def step(rec: ISOEjectionRecord, obs: Observation, *, finalizing: bool = False) -> decide.Step:
+    """The pure decision for `rec` given `obs`, on the recorded vCenter."""
+    return decide.next_step(rec, obs, server=SERVER, finalizing=finalizing)
 
 
 def record(**fields: Any) -> JsonObj:

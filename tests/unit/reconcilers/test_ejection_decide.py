@@ -11,6 +11,7 @@ from agentforge.api.vsphereagent import ISOEjectionRecord
 from agentforge.reconcilers import ejection_decide as decide
 from agentforge.reconcilers.ejection_decide import Device, Observation, StepKind
 from tests.unit.reconcilers import ejection_support as es
+from tests.unit.reconcilers.ejection_support import seen, step
 
 K = StepKind
 LOCK = es.question("_vmx3")
@@ -19,16 +20,6 @@ OTHER = es.question("_vmx4", message="msg.uuid.altered")
 
 def record(phase: str = "Recorded", **kw: Any) -> ISOEjectionRecord:
     return ISOEjectionRecord.model_validate(es.record(phase=phase, **kw))
-
-
-def seen(**kw: Any) -> Observation:
-    kw.setdefault("verdict", vsphere.Verdict.OURS)
-    kw.setdefault("device", Device.ATTACHED)
-    return Observation(**kw)
-
-
-def step(rec: ISOEjectionRecord, obs: Observation, *, finalizing: bool = False) -> decide.Step:
-    return decide.next_step(rec, obs, server=es.SERVER, finalizing=finalizing)
 
 
 # --- issuing the disconnect ----------------------------------------------------------------

@@ -28,11 +28,11 @@ from agentforge.api.vsphereagent import (
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers import ejection, pool, vm_decide
-from agentforge.reconcilers import ejection_decide as decide
-from agentforge.reconcilers.ejection_decide import Device, Observation, StepKind
+from agentforge.reconcilers.ejection_decide import Device, StepKind
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import harness
+from tests.unit.reconcilers.ejection_support import seen, step
 
 UNKNOWN = "FromANewerVersion"
 K = StepKind
@@ -130,16 +130,6 @@ def test_a_creation_record_is_resumed_the_same_whatever_its_phase(phase: str) ->
 
 def unknown_record(**kw: Any) -> ISOEjectionRecord:
     return ISOEjectionRecord.model_validate(es.record(phase=UNKNOWN, **kw))
-
-
-def seen(**kw: Any) -> Observation:
-    kw.setdefault("verdict", vsphere.Verdict.OURS)
-    kw.setdefault("device", Device.ATTACHED)
-    return Observation(**kw)
-
-
-def step(rec: ISOEjectionRecord, obs: Observation, *, finalizing: bool = False) -> decide.Step:
-    return decide.next_step(rec, obs, server=es.SERVER, finalizing=finalizing)
 
 
 def test_an_unknown_ejection_phase_first_follows_what_may_be_running() -> None:
