@@ -36,7 +36,7 @@ from enum import StrEnum
 from urllib.parse import urlsplit, urlunsplit
 
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
-from agentforge.vsphere import IsoLimits, IsoRecord, IsoResult, Validators, iso
+from agentforge.vsphere import IsoLimits, IsoRecord, IsoResult, Validators, iso_upload
 
 __all__ = [
     "CheckReason",
@@ -214,7 +214,7 @@ def is_content_addressed(path: str, *, prefix: str) -> bool:
 
 def is_temp_upload(path: str, *, prefix: str) -> bool:
     folder, _, name = path.rpartition("/")
-    return folder == prefix.strip("/") and bool(iso.TEMP_NAME.fullmatch(name))
+    return folder == prefix.strip("/") and bool(iso_upload.TEMP_NAME.fullmatch(name))
 
 
 def sweep_due(last: datetime | None, *, now: datetime, every: timedelta) -> bool:

@@ -31,17 +31,15 @@ delete that follows is final. A PUT that had to be aborted (a Content-Length bod
 short, a timeout, a cancellation) is deleted at once and, when that delete found
 nothing, looked at again `IsoLimits.abort_recheck_seconds` later and deleted if it
 appeared (once seen, it cannot appear again: the server creates it once).
+
+This module decides whether the datastore's copy is current (revalidation) and
+reports the result; the streaming upload itself is `iso_upload`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import re
 import ssl
-import uuid
-from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -49,6 +47,7 @@ from typing import Any
 import aiohttp
 
 from agentforge.vsphere import datastore, errors, metrics
+from agentforge.vsphere.iso_upload import final_path, safe_url, transfer
 from agentforge.vsphere.session import Session
 
 
@@ -106,8 +105,6 @@ class IsoSource:
     insecure: bool = False
 
 
-TEMP_NAME = re.compile(r"\.upload-[0-9a-f]{32}\.iso")
-"""The name (under the prefix) of an upload in progress: `.upload-<uuid4 hex>.iso`."""
 STALE_UPLOAD_FLOOR = timedelta(hours=1)
 STALE_UPLOAD_MARGIN = 10
 
@@ -164,14 +161,6 @@ class IsoResult:
     @property
     def record(self) -> IsoRecord:
         return IsoRecord(sha256=self.sha256, size=self.size, validators=self.validators)
-
-
-def final_path(prefix: str, sha256: str) -> str:
-    return f"{prefix.strip('/')}/{sha256}.iso"
-
-
-def temp_path(prefix: str) -> str:
-    return f"{prefix.strip('/')}/.upload-{uuid.uuid4().hex}.iso"
 
 
 async def ensure_iso(
@@ -251,7 +240,7 @@ async def _ensure(
                         if kept is not None:
                             metrics.iso_op("revalidate", "unchanged")
                             return kept
-                    return await _transfer(
+                    return await _upload(
                         session,
                         resp=resp,
                         validators=validators,
@@ -269,7 +258,7 @@ async def _ensure(
                 if resp.status != 200:
                     raise _source_error(source, resp.status)
                 validators = Validators.of(resp.headers)
-                return await _transfer(
+                return await _upload(
                     session,
                     resp=resp,
                     validators=validators,
@@ -279,8 +268,8 @@ async def _ensure(
                 )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise errors.TransientError(
-                f"download of the ISO from {_safe(source.url)} failed: {type(exc).__name__}",
-                subject=_safe(source.url),
+                f"download of the ISO from {safe_url(source.url)} failed: {type(exc).__name__}",
+                subject=safe_url(source.url),
             ) from None
 
 
@@ -311,7 +300,7 @@ async def _reuse(
     )
 
 
-async def _transfer(
+async def _upload(
     session: Session,
     *,
     resp: aiohttp.ClientResponse,
@@ -320,174 +309,23 @@ async def _transfer(
     prefix: str,
     limits: IsoLimits,
 ) -> IsoResult:
-    declared = validators.content_length
-    if declared is not None and declared > limits.max_bytes:
-        raise errors.SizeLimitExceeded(
-            f"the ISO at {_safe(str(resp.url))} is {declared} bytes, over the limit of "
-            f"{limits.max_bytes}; raise the limit or check the InfraEnv",
-            subject=_safe(str(resp.url)),
-        )
-    hasher = _ChunkHasher()
-    counted = [0]
-    source_failure: list[errors.VsphereError] = []
-
-    async def chunks() -> AsyncIterator[bytes]:
-        # Errors raised here reach us wrapped by the PUT; remember the real cause.
-        # A chunk is counted and handed to the hasher right before it is yielded, so
-        # what was counted, hashed and sent is always the same sequence of chunks.
-        # The PUT may stop pulling (and cancel this generator) as soon as the datastore
-        # has answered, which it does once it holds Content-Length bytes: the hash of
-        # the last chunk may then still be pending; `hasher.hexdigest()` waits for it.
-        # A chunked body ends at a failure instead of raising it: the PUT then
-        # completes and is answered, which orders the delete after the server's last
-        # write (see the module doc). A Content-Length body cannot end early.
-        try:
-            async for chunk in resp.content.iter_chunked(limits.chunk_bytes):
-                metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
-                if counted[0] + len(chunk) > limits.max_bytes:
-                    raise errors.SizeLimitExceeded(
-                        f"the ISO at {_safe(str(resp.url))} exceeds the limit of "
-                        f"{limits.max_bytes} bytes; upload abandoned",
-                        subject=_safe(str(resp.url)),
-                    )
-                await hasher.add(chunk)
-                counted[0] += len(chunk)
-                yield chunk
-        except errors.VsphereError as exc:
-            source_failure.append(exc)
-            if declared is None:
-                return
-            raise
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            failure = errors.TransientError(
-                f"download of the ISO from {_safe(str(resp.url))} broke off after "
-                f"{counted[0]} bytes: {type(exc).__name__}",
-                subject=_safe(str(resp.url)),
-            )
-            source_failure.append(failure)
-            if declared is None:
-                return
-            raise failure from None
-
-    prefix = prefix.strip("/")
-    await _mkdir_once(session, where, prefix)
-    temp = temp_path(prefix)
-    answered = False  # the PUT is over on the server's side: one delete is final
-    try:
-        try:
-            await datastore.upload(session, where=where, path=temp, body=chunks(), size=declared)
-            answered = True
-        except errors.VsphereError as exc:
-            answered = not isinstance(exc, datastore.UploadAborted)
-            if source_failure:
-                raise source_failure[0] from None
-            raise
-        _check_complete(
-            got=counted[0],
-            declared=declared,
-            url=str(resp.url),
-            failure=source_failure[0] if source_failure else None,
-        )
-        sha = await hasher.hexdigest(expected_bytes=counted[0])
-        final = final_path(prefix, sha)
-        reused = await datastore.exists(session, where=where, path=final)
-        if not reused:
-            try:
-                await datastore.move(session, where=where, source=temp, destination=final)
-            except errors.AlreadyExists:
-                reused = True
-        if reused:  # the result stands whatever this delete says; the pruner is the backstop
-            await _discard(session, where, temp, recheck=())
-    except BaseException:
-        recheck = () if answered else limits.abort_recheck_seconds
-        await asyncio.shield(_discard(session, where, temp, recheck=recheck))
-        raise
-    metrics.iso_op("upload", "discarded_duplicate" if reused else "success")
-    return IsoResult(
-        sha256=sha,
-        size=counted[0],
-        path=final,
-        backing=where.path(final),
-        validators=validators,
-        bytes_downloaded=counted[0],
-        reused=reused,
+    done = await transfer(
+        session,
+        resp=resp,
+        declared=validators.content_length,
+        where=where,
+        prefix=prefix,
+        limits=limits,
     )
-
-
-class _ChunkHasher:
-    """sha256 of chunks in order, each hashed on a worker thread (hashlib releases the
-    GIL) while the event loop sends it on; the next chunk waits for the previous hash.
-
-    The pending hash is shielded: when the generator feeding the PUT is cancelled (the
-    PUT ended before pulling again), the executor job is neither cancelled nor lost, and
-    `hexdigest` waits for it. It refuses to name a digest over other bytes than those
-    counted, so a file is never named after a hash of part of its content.
-    """
-
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256()
-        self._pending: asyncio.Future[None] | None = None
-        self._hashed = 0
-
-    def _update(self, chunk: bytes) -> None:
-        self._digest.update(chunk)
-        self._hashed += len(chunk)
-
-    async def add(self, chunk: bytes) -> None:
-        if self._pending is not None:
-            await asyncio.shield(self._pending)
-        loop = asyncio.get_running_loop()
-        self._pending = loop.run_in_executor(None, self._update, chunk)
-
-    async def hexdigest(self, *, expected_bytes: int) -> str:
-        if self._pending is not None:
-            await asyncio.shield(self._pending)
-        if self._hashed != expected_bytes:
-            raise errors.TransientError(
-                f"the ISO digest covers {self._hashed} of {expected_bytes} bytes; not naming "
-                "the upload after it",
-                subject="iso digest",
-            )
-        return self._digest.hexdigest()
-
-
-def _check_complete(
-    *, got: int, declared: int | None, url: str, failure: errors.VsphereError | None
-) -> None:
-    """Raise the source's failure (a chunked body ended at it), or a short body's."""
-    if failure is not None:
-        raise failure
-    if declared is not None and got != declared:
-        raise errors.TransientError(
-            f"the ISO download from {_safe(url)} ended after {got} of {declared} bytes",
-            subject=_safe(url),
-        )
-
-
-async def _discard(
-    session: Session, where: datastore.Location, temp: str, *, recheck: Sequence[float]
-) -> None:
-    """Delete the temporary file. After an aborted PUT (`recheck` not empty) a delete that
-    found nothing may have come before the server created the file: look again after
-    each pause and delete what appeared. A file once seen cannot appear again (the
-    server creates it once); whatever comes later still is left to the pruner."""
-    with contextlib.suppress(Exception):
-        if await datastore.delete(session, where=where, path=temp):
-            return
-    for pause in recheck:
-        await asyncio.sleep(pause)
-        with contextlib.suppress(Exception):
-            if await datastore.exists(session, where=where, path=temp):
-                await datastore.delete(session, where=where, path=temp)
-                return
-
-
-async def _mkdir_once(session: Session, where: datastore.Location, prefix: str) -> None:
-    async def make() -> bool:
-        await datastore.mkdir(session, where=where, path=prefix)
-        return True
-
-    await session.memo(("mkdir", where, prefix), make)
+    return IsoResult(
+        sha256=done.sha256,
+        size=done.size,
+        path=done.path,
+        backing=where.path(done.path),
+        validators=validators,
+        bytes_downloaded=done.size,
+        reused=done.reused,
+    )
 
 
 def _client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
@@ -510,7 +348,7 @@ def _client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
 
 
 def _source_error(source: IsoSource, status: int) -> errors.VsphereError:
-    where = _safe(source.url)
+    where = safe_url(source.url)
     if status in (429, 500, 502, 503, 504):
         return errors.TransientError(
             f"the ISO source {where} answered HTTP {status}", subject=where
@@ -519,8 +357,3 @@ def _source_error(source: IsoSource, status: int) -> errors.VsphereError:
         f"the ISO source {where} answered HTTP {status}; check the InfraEnv's isoDownloadURL",
         subject=where,
     )
-
-
-def _safe(url: str) -> str:
-    """The URL without its query (InfraEnv ISO URLs carry an API key in the query)."""
-    return url.split("?", 1)[0]

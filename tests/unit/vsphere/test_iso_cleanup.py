@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import TransientError, datastore, iso
+from agentforge.vsphere import IsoLimits, TransientError, datastore, iso_upload
 
 pytestmark = pytest.mark.looptime
 
@@ -51,12 +51,12 @@ class Store:
 
 
 def install(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
-    monkeypatch.setattr(iso.datastore, "delete", store.delete)
-    monkeypatch.setattr(iso.datastore, "exists", store.exists)
+    monkeypatch.setattr(datastore, "delete", store.delete)
+    monkeypatch.setattr(datastore, "exists", store.exists)
 
 
 async def discard(recheck: tuple[float, ...]) -> None:
-    await iso._discard(None, WHERE, TEMP, recheck=recheck)  # type: ignore[arg-type]
+    await iso_upload.discard(None, WHERE, TEMP, recheck=recheck)  # type: ignore[arg-type]
 
 
 async def test_after_an_answered_put_one_delete_is_final(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,7 +71,7 @@ async def test_after_an_aborted_put_a_file_found_at_once_is_not_looked_for_again
 ) -> None:
     store = Store(appears_at=None, present=True)
     install(monkeypatch, store)
-    await discard(iso.IsoLimits().abort_recheck_seconds)
+    await discard(IsoLimits().abort_recheck_seconds)
     assert [c for c, _ in store.calls] == ["delete"]
 
 

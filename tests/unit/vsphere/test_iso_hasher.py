@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from agentforge.vsphere import TransientError
-from agentforge.vsphere.iso import _ChunkHasher
+from agentforge.vsphere.iso_upload import ChunkHasher
 
 CHUNKS = [bytes([n]) * (64 * 1024 + n) for n in range(4)]
 
@@ -48,7 +48,7 @@ def late_executor() -> Iterator[LateStart]:
 
 async def test_the_digest_waits_for_the_last_chunks_hash(late_executor: LateStart) -> None:
     asyncio.get_running_loop().set_default_executor(late_executor)
-    hasher = _ChunkHasher()
+    hasher = ChunkHasher()
     for chunk in CHUNKS:
         await hasher.add(chunk)  # the last one's hash is still queued when add returns
     got = await hasher.hexdigest(expected_bytes=sum(map(len, CHUNKS)))
@@ -59,7 +59,7 @@ async def test_a_consumer_cancelled_mid_stream_loses_no_queued_hash(
     late_executor: LateStart,
 ) -> None:
     asyncio.get_running_loop().set_default_executor(late_executor)
-    hasher = _ChunkHasher()
+    hasher = ChunkHasher()
     sent: list[bytes] = []
     enough = sum(map(len, CHUNKS[:2]))
     answered = asyncio.Event()
@@ -86,7 +86,7 @@ async def test_a_consumer_cancelled_mid_stream_loses_no_queued_hash(
 
 
 async def test_a_digest_over_other_bytes_than_counted_is_refused() -> None:
-    hasher = _ChunkHasher()
+    hasher = ChunkHasher()
     await hasher.add(b"abc")
     with pytest.raises(TransientError, match="covers 3 of 4 bytes"):
         await hasher.hexdigest(expected_bytes=4)
@@ -94,7 +94,7 @@ async def test_a_digest_over_other_bytes_than_counted_is_refused() -> None:
 
 def test_hashing_runs_off_the_event_loop_thread() -> None:
     seen: list[int] = []
-    hasher = _ChunkHasher()
+    hasher = ChunkHasher()
     original = hasher._update
 
     def spy(chunk: bytes) -> None:
