@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Info
 
-from agentforge import __version__, observability, vsphere
+from agentforge import __version__, observability, secure_metrics, vsphere
 from agentforge.api import kinds, rbac
 from agentforge.api import trim as api_trim
 from agentforge.kube import config as kube_config
@@ -198,10 +198,17 @@ async def _start(
     probes.add_readiness_check(
         "informers-synced", lambda: all(i.has_synced for i in informers.values())
     )
+    try:
+        tls, middlewares = secure_metrics.for_settings(settings, client)
+    except OSError as exc:  # ssl.SSLError included: a mounted pair that does not load
+        log.error("cannot load the metrics serving certificate: %s", exc)  # noqa: TRY400
+        return EXIT_CONFIG
     server = observability.ObservabilityServer(
         probes=probes,
         metrics_address=settings.metrics_bind_address,
         health_address=settings.health_probe_bind_address,
+        metrics_tls=tls,
+        metrics_middlewares=middlewares,
     )
     try:
         await server.start()

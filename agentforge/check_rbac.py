@@ -13,8 +13,10 @@ namespace) is one access review:
 
 Namespaces: ClusterRole rules are reviewed in the pool's namespace and its control
 plane namespace (the operator's caches list and watch every kind in the namespaces
-it serves), except Secrets, reviewed in the credentials Secret's namespace only;
-leader-election rules in the ServiceAccount's namespace. Results are cached, so
+it serves), except Secrets, reviewed in the credentials Secret's namespace only, and
+cluster-scoped kinds (the TokenReviews and SubjectAccessReviews behind /metrics),
+reviewed once without a namespace; leader-election rules in the ServiceAccount's
+namespace. Results are cached, so
 pools sharing namespaces cost no extra reviews.
 """
 
@@ -129,6 +131,8 @@ class Reviewer:
                 scoped = [account[0] if account else names.DEPLOYMENT_NAMESPACE]
             elif (need.group, need.resource) == (kinds.SECRET.group, kinds.SECRET.plural):
                 scoped = [secret_ns]
+            elif not need.namespaced:
+                scoped = [""]  # cluster-scoped: one review, no namespace
             else:
                 scoped = namespaces
             for namespace in scoped:
@@ -152,7 +156,8 @@ class Reviewer:
     def _item(self, scope: str, namespace: str, results: list[tuple[Access, bool | str]]) -> Item:
         assert self.subject is not None
         what = "leader election" if scope == rbac.Scope.LEADER_ELECTION.value else "reconciling"
-        subject = f"RBAC of {self.subject.label} for {what} in namespace {namespace}"
+        where = f"in namespace {namespace}" if namespace else "cluster-wide"
+        subject = f"RBAC of {self.subject.label} for {what} {where}"
         errors_seen = sorted({a for _, a in results if isinstance(a, str)})
         if errors_seen:
             return Item(

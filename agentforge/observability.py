@@ -13,22 +13,26 @@
   registers "informers synced"), 503 before. Each body lists the checks, as the
   apiserver's `?verbose` output does.
 * Servers: `/metrics` on the metrics address and the probes on the health address
-  (one server when both are the same); port 0 binds a free port, and the bound
-  addresses are logged (`serving` with `endpoint` and `address`) so tests can
-  find them.
+  (one server when both are the same and /metrics is plain HTTP); port 0 binds a free
+  port, and the bound addresses are logged (`serving` with `endpoint`, `address` and
+  `scheme`) so tests can find them. Given a TLS context and middlewares
+  (`agentforge.secure_metrics`: HTTPS, bearer tokens checked with the API server)
+  the metrics server uses them; the probes stay plain HTTP without authentication on
+  their own port, because the kubelet probes them so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import json
 import logging
 import re
+import ssl
 import sys
-from collections.abc import Callable
-from typing import Any, TextIO
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO
 
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
@@ -261,6 +265,14 @@ def metrics_app(registry: CollectorRegistry = REGISTRY) -> web.Application:
     return app
 
 
+class ServingTls(Protocol):
+    """A server's TLS context and the task that keeps its certificate current."""
+
+    context: ssl.SSLContext
+
+    async def watch(self) -> None: ...
+
+
 class ObservabilityServer:
     """The HTTP servers for /metrics and the probes, plus the heartbeat they read."""
 
@@ -271,56 +283,89 @@ class ObservabilityServer:
         metrics_address: BindAddress | None,
         health_address: BindAddress | None,
         registry: CollectorRegistry = REGISTRY,
+        metrics_tls: ServingTls | None = None,
+        metrics_middlewares: Iterable[Any] = (),
     ) -> None:
         self.probes = probes
         self._registry = registry
         self._metrics_address = metrics_address
         self._health_address = health_address
+        self._metrics_tls = metrics_tls
+        self._metrics_middlewares = tuple(metrics_middlewares)
         self._runners: list[web.AppRunner] = []
-        self._heartbeat: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.bound: dict[str, BindAddress] = {}
 
     async def start(self) -> None:
         """Bind the servers (and start the heartbeat); `bound` then holds the addresses."""
-        self._heartbeat = asyncio.create_task(self.probes.heartbeat(), name="heartbeat")
-        servers: list[tuple[BindAddress, list[str], list[web.RouteDef]]] = []
+        self._tasks.append(asyncio.create_task(self.probes.heartbeat(), name="heartbeat"))
+        servers: list[_Server] = []
         if self._metrics_address is not None:
-            servers.append((self._metrics_address, ["metrics"], _metrics_routes(self._registry)))
+            routes = _metrics_routes(self._registry)
+            tls, middlewares = self._metrics_tls, self._metrics_middlewares
+            servers.append(_Server(self._metrics_address, ["metrics"], routes, tls, middlewares))
+            if tls is not None:
+                self._tasks.append(asyncio.create_task(tls.watch(), name="metrics-certificate"))
         if self._health_address is not None:
             routes = _health_routes(self.probes)
-            if servers and self._health_address == servers[0][0] and self._health_address.port:
-                servers[0][1].append("health")
-                servers[0][2].extend(routes)
+            shared = servers[0] if servers else None
+            if (
+                shared is not None
+                and shared.address == self._health_address
+                and shared.address.port
+                and shared.tls is None
+                and not shared.middlewares
+            ):
+                shared.endpoints.append("health")
+                shared.routes.extend(routes)
             else:
-                servers.append((self._health_address, ["health"], routes))
+                servers.append(_Server(self._health_address, ["health"], routes))
         try:
-            for address, endpoints, routes in servers:
-                await self._serve(address, endpoints, routes)
+            for server in servers:
+                await self._serve(server)
         except BaseException:
             await self.stop()
             raise
 
-    async def _serve(
-        self, address: BindAddress, endpoints: list[str], routes: list[web.RouteDef]
-    ) -> None:
-        app = web.Application()
-        app.add_routes(routes)
+    async def _serve(self, server: _Server) -> None:
+        app = web.Application(middlewares=list(server.middlewares))
+        app.add_routes(server.routes)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runners.append(runner)
-        site = web.TCPSite(runner, host=address.host, port=address.port, reuse_address=True)
+        context = server.tls.context if server.tls is not None else None
+        site = web.TCPSite(
+            runner,
+            host=server.address.host,
+            port=server.address.port,
+            reuse_address=True,
+            ssl_context=context,
+        )
         await site.start()
-        bound = BindAddress(address.host, int(runner.addresses[0][1]))
-        for endpoint in endpoints:
+        bound = BindAddress(server.address.host, int(runner.addresses[0][1]))
+        scheme = "http" if context is None else "https"
+        for endpoint in server.endpoints:
             self.bound[endpoint] = bound
-            log.info("serving", extra={"endpoint": endpoint, "address": str(bound)})
+            log.info(
+                "serving", extra={"endpoint": endpoint, "address": str(bound), "scheme": scheme}
+            )
 
     async def stop(self) -> None:
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+
+@dataclass(slots=True)
+class _Server:
+    """One listening socket: its routes, and TLS and middlewares (the metrics server's)."""
+
+    address: BindAddress
+    endpoints: list[str]
+    routes: list[web.RouteDef]
+    tls: ServingTls | None = None
+    middlewares: tuple[Any, ...] = ()

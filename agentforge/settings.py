@@ -165,7 +165,11 @@ class Settings(BaseModel):
 
     kubeconfig: Path | None = None
     namespaces: Annotated[tuple[str, ...], BeforeValidator(_split_namespaces)] = ()
-    metrics_bind_address: OptionalBind = BindAddress("0.0.0.0", 8080)  # noqa: S104
+    metrics_bind_address: OptionalBind = BindAddress("0.0.0.0", 8443)  # noqa: S104
+    metrics_secure: Annotated[bool, BeforeValidator(_parse_bool)] = True
+    metrics_cert_path: Path | None = None
+    metrics_cert_name: str = "tls.crt"
+    metrics_cert_key: str = "tls.key"
     health_probe_bind_address: OptionalBind = BindAddress("0.0.0.0", 8081)  # noqa: S104
     leader_elect: Annotated[bool, BeforeValidator(_parse_bool)] = False
     leader_election_namespace: str | None = None
@@ -215,6 +219,42 @@ class Settings(BaseModel):
         if value <= timedelta(0):
             raise ValueError("must be greater than zero")
         return value
+
+    @field_validator("metrics_cert_path")
+    @classmethod
+    def _cert_path_is_directory(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"{value} is not a directory")
+        return value
+
+    @field_validator("metrics_cert_name", "metrics_cert_key")
+    @classmethod
+    def _plain_file_name(cls, value: str) -> str:
+        if not value or "/" in value or value in {".", ".."}:
+            raise ValueError(f"{value!r} is not a file name")
+        return value
+
+    @model_validator(mode="after")
+    def _metrics_serving(self) -> Settings:
+        if self.metrics_cert_path is not None:
+            if not self.metrics_secure:
+                raise _CrossFieldError(
+                    "metrics_cert_path",
+                    "a serving certificate needs HTTPS, but --metrics-secure is false",
+                )
+            for name in (self.metrics_cert_name, self.metrics_cert_key):
+                if not (self.metrics_cert_path / name).is_file():
+                    raise _CrossFieldError(
+                        "metrics_cert_path", f"{self.metrics_cert_path / name} is not a file"
+                    )
+        metrics, health = self.metrics_bind_address, self.health_probe_bind_address
+        if self.metrics_secure and metrics is not None and metrics == health and metrics.port:
+            raise _CrossFieldError(
+                "health_probe_bind_address",
+                f"the probes need a port of their own: {metrics} serves /metrics over HTTPS "
+                "with authentication, and the kubelet probes plain HTTP without a token",
+            )
+        return self
 
     @model_validator(mode="after")
     def _leader_timings(self) -> Settings:
@@ -286,9 +326,41 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "metrics_bind_address",
         "--metrics-bind-address",
-        "address of the /metrics server (default :8080; 0 turns it off)",
-        "use host:port such as :8080 or 127.0.0.1:0, or 0 to turn it off",
+        "address of the /metrics server (default :8443; 0 turns it off)",
+        "use host:port such as :8443 or 127.0.0.1:0, or 0 to turn it off",
         metavar="ADDR",
+    ),
+    Option(
+        "metrics_secure",
+        "--metrics-secure",
+        "serve /metrics over HTTPS to callers whose bearer token the API server authorises "
+        "for GET /metrics (TokenReview + SubjectAccessReview); false serves plain HTTP to "
+        "anyone, for local runs only",
+        "set true or false",
+        switch=True,
+    ),
+    Option(
+        "metrics_cert_path",
+        "--metrics-cert-path",
+        "directory with the /metrics serving certificate and key, re-read when they change "
+        "(default: a self-signed certificate generated at start)",
+        "pass a directory holding --metrics-cert-name and --metrics-cert-key, e.g. a "
+        "mounted kubernetes.io/tls Secret, and keep --metrics-secure true",
+        metavar="DIR",
+    ),
+    Option(
+        "metrics_cert_name",
+        "--metrics-cert-name",
+        "file name of the certificate (PEM, chain included) in --metrics-cert-path",
+        "pass a file name such as tls.crt",
+        metavar="FILE",
+    ),
+    Option(
+        "metrics_cert_key",
+        "--metrics-cert-key",
+        "file name of the private key (PEM) in --metrics-cert-path",
+        "pass a file name such as tls.key",
+        metavar="FILE",
     ),
     Option(
         "health_probe_bind_address",

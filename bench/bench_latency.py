@@ -23,7 +23,7 @@ from typing import Any
 from agentforge.api import kinds
 from bench.fleet import AGENT_NAMESPACE, agent_name, fleet
 from bench.harness import Context, Goal, Section
-from sim.operator import PROBE_STAMP, OperatorProcess, Sample
+from sim.operator import PROBE_STAMP, OperatorProcess, Sample, metrics_reader
 
 SAMPLES = 400
 RATE_PER_SECOND = 25.0
@@ -75,6 +75,7 @@ async def run(ctx: Context) -> Section:
         "bench-latency",
         log_path=ctx.workdir / "latency.log",
         probe=True,
+        metrics=await asyncio.to_thread(metrics_reader, f.controlplane),
     ) as op:
         await op.wait_ready(within=900)
         await op.wait_log("became leader", within=60)

@@ -42,6 +42,8 @@ def _default(option: settings.Option) -> str:
         return "`$KUBECONFIG`, else the in-cluster service account, else `~/.kube/config`"
     if option.field == "leader_election_namespace":
         return "the pod's namespace"
+    if option.field == "metrics_cert_path":
+        return "unset: a self-signed certificate generated at start"
     if value is None:
         return "unset"
     if isinstance(value, bool):

@@ -42,7 +42,14 @@ from agentforge.kube import client, config
 from sim import paths
 from sim.actors import DEMO_TIMINGS
 from sim.controlplane import ControlPlane
-from sim.operator import OperatorProcess, first_to_log, install_operator, operator_identity
+from sim.operator import (
+    MetricsReader,
+    OperatorProcess,
+    first_to_log,
+    install_operator,
+    metrics_reader,
+    operator_identity,
+)
 from sim.vcsim import Vcsim
 from sim.world import Snapshot, World
 from sim.world.render import world_view
@@ -109,7 +116,7 @@ async def _replica_row(op: OperatorProcess) -> list[str]:
         "[bold green]leader" if leading else "standby (warm)",
         f"{requests}",
         f"{rss:.0f} MB",
-        f"http://{op.metrics_address}/metrics",
+        op.metrics_url,
     ]
 
 
@@ -235,11 +242,16 @@ async def _summary(
     console.print(table)
 
 
-def _how_to_use(cp: ControlPlane, vc: Vcsim, ops: list[OperatorProcess], state: Path) -> None:
+def _how_to_use(
+    cp: ControlPlane, vc: Vcsim, ops: list[OperatorProcess], state: Path, reader: MetricsReader
+) -> None:
     kubeconfig = cp.admin_kubeconfig
     token_file = state / "admin.token"
     token_file.write_text(cp.admin_token)
     token_file.chmod(0o600)
+    reader_token = state / "metrics-reader.token"
+    reader_token.write_text(reader.token)
+    reader_token.chmod(0o600)
     api = f"{cp.server}/apis/agent-forge.containeroo.ch/v1alpha1"
     lines = [
         f"kubeconfig (admin, through the proxy): {kubeconfig}",
@@ -260,9 +272,13 @@ def _how_to_use(cp: ControlPlane, vc: Vcsim, ops: list[OperatorProcess], state: 
         f"  {paths.bin_dir() / 'govc'} ls /dc1/vm/{HOSTED_CLUSTER}",
         "",
     ]
+    lines.append(f"/metrics, with the token of {reader.identity} (metrics-reader role):")
     for op in ops:
         if op.running():
-            lines.append(f"{op.name}: curl http://{op.metrics_address}/metrics ; log {op.log_path}")
+            lines.append(
+                f'  {op.name}: curl --cacert {reader.ca_file} -H "Authorization: Bearer '
+                f'$(cat {reader_token})" {op.metrics_url} ; log {op.log_path}'
+            )
     lines += ["", "Ctrl-C stops everything and removes demo-state/."]
     console.rule("running (--keep): look around")
     console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
@@ -285,10 +301,11 @@ def _reconcilers_wired() -> bool:
 async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
     with console.status("installing CRDs and RBAC generated from the code"):
         kubeconfig = await asyncio.to_thread(install_operator, cp)
+        reader = await asyncio.to_thread(metrics_reader, cp)
     cfg = await config.load_config(kubeconfig=cp.admin_kubeconfig, environ={})
     args = ("--leader-elect", "--leader-election-namespace", NAMESPACE)
     ops = [
-        OperatorProcess(kubeconfig, *args, log_path=state / f"{n}.log", name=n)
+        OperatorProcess(kubeconfig, *args, log_path=state / f"{n}.log", name=n, metrics=reader)
         for n in ("replica-a", "replica-b")
     ]
     world = World(
@@ -309,7 +326,7 @@ async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
         if not _reconcilers_wired():
             console.print("[yellow]no reconciler is wired into the operator yet: nothing to scale")
             if keep:
-                _how_to_use(cp, vc, ops, state)
+                _how_to_use(cp, vc, ops, state, reader)
                 await _wait_for_ctrl_c()
             else:
                 await _hand_over(api, leader, standby)
@@ -331,7 +348,7 @@ async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
         world.check()
         if keep:
             await _show_replicas(api, ops)
-            _how_to_use(cp, vc, ops, state)
+            _how_to_use(cp, vc, ops, state, reader)
             await _wait_for_ctrl_c()
         console.rule("shutting down")
     console.print(f"replicas exited with { ({op.name: op.returncode for op in ops}) }")

@@ -16,6 +16,16 @@ once with the tail of its log.
 the code (our CRDs, the RBAC of `config/rbac`) and returns the kubeconfig of the
 operator's ServiceAccount, so tests run the operator with exactly its permissions.
 
+/metrics is served as in a cluster: HTTPS, only to bearer tokens the API server
+authorises for `get /metrics`. `metrics_reader(controlplane)` sets up what
+Prometheus has: the ServiceAccount and ClusterRoleBinding of
+`config/prometheus/metrics_reader.yaml` (bound to the shipped metrics-reader
+ClusterRole), a token for it from the TokenRequest API, and a serving certificate
+for the operator signed by the control plane's CA. `OperatorProcess(...,
+metrics=reader)` starts the operator with that certificate (`--metrics-cert-path`)
+and scrapes with the token, verifying the certificate; without it the operator
+serves its self-signed certificate and `metrics()` refuses to guess a token.
+
 `python -m sim.operator <run flags>` is the probe mode: the operator with one extra
 controller, "probe", that reconciles Agents and, for an Agent whose annotation
 `PROBE_STAMP` holds a Unix time, logs "probe reconciled" with the seconds from that
@@ -33,10 +43,12 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -49,11 +61,13 @@ from sim.controlplane import ControlPlane
 
 __all__ = [
     "PROBE_STAMP",
+    "MetricsReader",
     "OperatorExited",
     "OperatorProcess",
     "Sample",
     "first_to_log",
     "install_operator",
+    "metrics_reader",
     "operator_identity",
 ]
 
@@ -102,6 +116,56 @@ def install_operator(controlplane: ControlPlane, *, namespace: str | None = None
     return controlplane.serviceaccount_kubeconfig(namespace, names.SERVICE_ACCOUNT)
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsReader:
+    """What a Prometheus holds to scrape the operator, and the operator's certificate."""
+
+    identity: str
+    token: str
+    ca_file: Path
+    cert_dir: Path
+
+
+def metrics_reader(controlplane: ControlPlane) -> MetricsReader:
+    """The shipped metrics-reader identity (config/prometheus/metrics_reader.yaml) applied,
+    a token for it, and a serving certificate for the operator signed by the CA.
+
+    The ClusterRole it is bound to comes with the operator's RBAC (`install_operator`
+    or `config/rbac`). Its token Secret is not applied: the test control plane runs no
+    token controller to fill it, so the token comes from TokenRequest instead.
+    """
+    import yaml  # noqa: PLC0415
+
+    from sim.controlplane import identities  # noqa: PLC0415
+
+    shipped = paths.REPO_ROOT / "config" / "prometheus" / "metrics_reader.yaml"
+    client = controlplane.direct_client()
+    account: Mapping[str, Any] | None = None
+    for obj in yaml.safe_load_all(shipped.read_text()):
+        if obj["kind"] == "Secret":
+            continue
+        if obj["kind"] == "ServiceAccount":
+            account = obj["metadata"]
+            controlplane.create_namespace(account["namespace"])
+        client.request(
+            "PATCH",
+            _object_path(obj) + "?fieldManager=agentforge-sim&force=true",
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+    assert account is not None, f"{shipped} names no ServiceAccount"
+    namespace, name = account["namespace"], account["name"]
+    token = identities.serviceaccount_token(client, namespace=namespace, name=name)
+    cert_dir = controlplane.workdir / "operator-metrics-tls"
+    controlplane.issue_serving_pair(cert_dir, common_name="agent-forge-metrics")
+    return MetricsReader(
+        identity=identities.serviceaccount_username(namespace, name),
+        token=token,
+        ca_file=controlplane.ca_file,
+        cert_dir=cert_dir,
+    )
+
+
 def _object_path(obj: Mapping[str, Any]) -> str:
     api_version, kind = str(obj["apiVersion"]), str(obj["kind"])
     meta = obj["metadata"]
@@ -127,16 +191,19 @@ class OperatorProcess:
         env: Mapping[str, str] | None = None,
         probe: bool = False,
         name: str = "operator",
+        metrics: MetricsReader | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.args = args
         self.log_path = log_path
         self.name = name
+        self.metrics_reader = metrics
         self._env = env
         self._probe = probe
         self._process: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
         self.metrics_address: str | None = None
+        self.metrics_scheme = "https"
         self.health_address: str | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -155,8 +222,10 @@ class OperatorProcess:
             "127.0.0.1:0",
             "--log-format",
             "json",
-            *self.args,
         ]
+        if self.metrics_reader is not None:
+            argv += ["--metrics-cert-path", str(self.metrics_reader.cert_dir)]
+        argv += self.args
         env = dict(os.environ if self._env is None else self._env)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(paths.REPO_ROOT), env.get("PYTHONPATH", "")) if p
@@ -290,31 +359,69 @@ class OperatorProcess:
         metrics = await self.wait_log("serving", within=within, where={"endpoint": "metrics"})
         health = await self.wait_log("serving", within=within, where={"endpoint": "health"})
         self.metrics_address = str(metrics["address"])
+        self.metrics_scheme = str(metrics.get("scheme", "http"))
         self.health_address = str(health["address"])
 
     # --- HTTP endpoints -----------------------------------------------------------------
 
-    async def _get(self, path: str) -> tuple[int, str]:
-        if self.metrics_address is None or self.health_address is None:
-            await self.wait_serving()
-        address = self.metrics_address if path == "/metrics" else self.health_address
+    async def _get(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        tls: ssl.SSLContext | bool | None = None,
+    ) -> tuple[int, str]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         timeout = aiohttp.ClientTimeout(total=5)
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(f"http://{address}{path}") as response,
+            session.get(url, headers=headers, ssl=tls) as response,
         ):
             return response.status, await response.text()
 
+    async def _health(self, path: str) -> int:
+        if self.health_address is None:
+            await self.wait_serving()
+        return (await self._get(f"http://{self.health_address}{path}"))[0]
+
     async def readyz(self) -> int:
-        return (await self._get("/readyz"))[0]
+        return await self._health("/readyz")
 
     async def healthz(self) -> int:
-        return (await self._get("/healthz"))[0]
+        return await self._health("/healthz")
+
+    @property
+    def metrics_url(self) -> str:
+        """Where /metrics is (the test certificate names 127.0.0.1, so it verifies)."""
+        if self.metrics_address is None:
+            raise RuntimeError(f"{self.name}: wait_serving() first")
+        return f"{self.metrics_scheme}://{self.metrics_address}/metrics"
+
+    async def get_metrics(self, *, token: str | None) -> tuple[int, str]:
+        """GET /metrics with `token` (or none): the status and body, whatever they are.
+
+        With a `MetricsReader` the certificate is verified against its CA; without one
+        the operator serves a self-signed certificate, which is not verified.
+        """
+        if self.metrics_address is None:
+            await self.wait_serving()
+        reader = self.metrics_reader
+        tls: ssl.SSLContext | bool | None = None
+        if self.metrics_scheme == "https":
+            tls = ssl.create_default_context(cafile=str(reader.ca_file)) if reader else False
+        return await self._get(self.metrics_url, token=token, tls=tls)
 
     async def metrics_text(self) -> str:
-        status, text = await self._get("/metrics")
+        """/metrics as Prometheus reads it: with the metrics reader's token."""
+        if self.metrics_reader is None and self.metrics_scheme == "https":
+            raise RuntimeError(
+                f"{self.name}: pass metrics=metrics_reader(controlplane) to read /metrics "
+                "(HTTPS, bearer token allowed get /metrics)"
+            )
+        token = self.metrics_reader.token if self.metrics_reader else None
+        status, text = await self.get_metrics(token=token)
         if status != 200:
-            raise RuntimeError(f"{self.name} /metrics answered {status}")
+            raise RuntimeError(f"{self.name} /metrics answered {status}: {text.strip()}")
         return text
 
     async def metrics(self) -> list[Sample]:

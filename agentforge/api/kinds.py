@@ -51,3 +51,7 @@ SECRET = Kind("", "v1", "Secret", "secrets")
 EVENT = Kind("", "v1", "Event", "events")
 NAMESPACE = Kind("", "v1", "Namespace", "namespaces", namespaced=False)
 LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases")
+TOKEN_REVIEW = Kind("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False)
+SUBJECT_ACCESS_REVIEW = Kind(
+    "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False
+)

@@ -8,7 +8,8 @@ needs it::
 
 `make manifests` imports the application (so every declaration has run) and renders
 the registry: one ClusterRole for cluster-wide needs, one Role in the operator's
-namespace for leader election. Rules are merged the way controller-gen merges
+namespace for leader election, and the `metrics-reader` ClusterRole (a static rule)
+that whoever scrapes /metrics must hold. Rules are merged the way controller-gen merges
 kubebuilder markers: verbs of the same apiGroup+resource are united, then resources
 of one apiGroup that need the same verbs share a rule, all sorted, so the output
 does not depend on import order.
@@ -45,6 +46,8 @@ class Need:
     verbs: frozenset[str]
     scope: Scope
     why: str
+    namespaced: bool = True
+    """False for cluster-scoped kinds (reviews, namespaces): granted without a namespace."""
 
 
 @dataclass(slots=True)
@@ -68,7 +71,9 @@ class Registry:
         if not why.strip():
             raise ValueError(f"RBAC need for {kind.plural}: say why it is needed")
         resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
-        self.declared.append(Need(kind.group, resource, frozenset(verbs), scope, why.strip()))
+        self.declared.append(
+            Need(kind.group, resource, frozenset(verbs), scope, why.strip(), kind.namespaced)
+        )
 
     def rules(self, scope: Scope) -> list[dict[str, Any]]:
         """The merged, sorted PolicyRules for `scope`."""
@@ -163,6 +168,19 @@ def render(
                     "name": names.LEADER_ELECTION_ROLE,
                 },
                 "subjects": [_service_account_subject(namespace)],
+            },
+        ),
+        "metrics_reader_role.yaml": (
+            [
+                "For whoever scrapes /metrics (Prometheus' ServiceAccount); bind it there.",
+                "The operator serves /metrics only to bearer tokens whose user the API server",
+                "allows `get` on this non-resource URL (TokenReview + SubjectAccessReview).",
+            ],
+            {
+                "apiVersion": RBAC_API_VERSION,
+                "kind": "ClusterRole",
+                "metadata": {"name": names.METRICS_READER_ROLE},
+                "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
             },
         ),
     }

@@ -19,4 +19,5 @@ Knows nothing of vSphere. Import modules, not names, and qualify at call sites
 * `events`     aggregated, rate-limited core/v1 Events
 * `conditions` status conditions helper
 * `leader`     Lease leader election
+* `access_review` TokenReview + SubjectAccessReview with TTL caches (who may read /metrics)
 """

@@ -3,6 +3,8 @@
 One CA signs the serving certificates of the apiserver and of the fault proxy, so a
 client that trusts `ca.crt` verifies both (the proxy is a drop-in for the apiserver).
 The ServiceAccount signing key is a separate RSA pair so that TokenRequest works.
+`issue_serving_pair` signs more serving certificates with the same CA (the operator's
+/metrics certificate in tests, which scrapers then verify with `ca.crt`).
 Certificates carry the extensions strict verifiers (Go, OpenSSL 3 with
 VERIFY_X509_STRICT) insist on: basic constraints, key usage, subject and authority
 key identifiers, and SANs `localhost` / `127.0.0.1` / `::1`.
@@ -141,6 +143,21 @@ def _new_serving_cert(
         .sign(ca_key, hashes.SHA256())
     )
     return key, cert
+
+
+def issue_serving_pair(ca: KeyPair, directory: Path, *, common_name: str) -> KeyPair:
+    """A serving certificate for localhost / 127.0.0.1 / ::1 signed by `ca`, written to
+    `directory` as `tls.crt` and `tls.key` (the layout of a `kubernetes.io/tls` Secret)."""
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{ca.key} is not the EC key this module makes")
+    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    key, cert = _new_serving_cert(common_name=common_name, ca_key=ca_key, ca_cert=ca_cert)
+    directory.mkdir(parents=True, exist_ok=True)
+    return KeyPair(
+        cert=_write(directory / "tls.crt", cert.public_bytes(serialization.Encoding.PEM)),
+        key=_write(directory / "tls.key", _key_pem(key)),
+    )
 
 
 def generate(directory: Path) -> Pki:

@@ -7,8 +7,11 @@
   test when a domain rule was broken (a bound Agent deleted, the VM of a bound Agent
   deleted) or an actor hit an unexpected error, then removes the test's VMs from the
   shared simulator.
+- `metrics_reader` (session): what Prometheus holds (`sim.operator.metrics_reader`):
+  the shipped metrics-reader identity's token and the operator's serving certificate.
 - `operator` (function): an `OperatorHarness` running the operator for those two
-  namespaces, ready (/readyz 200) before the test starts; kill -9 and restart at will.
+  namespaces, ready (/readyz 200) before the test starts; kill -9 and restart at will;
+  its /metrics read over HTTPS with the metrics reader's token.
   At teardown its log must not contain the vCenter password.
 
 On failure the operator's log (every run) and the world's journal are attached to
@@ -25,6 +28,8 @@ from pathlib import Path
 import pytest
 
 from sim.controlplane import ControlPlane
+from sim.operator import MetricsReader
+from sim.operator import metrics_reader as shipped_metrics_reader
 from sim.vcsim import Vcsim
 from sim.world import World
 from tests.e2e.support import E2E_TIMINGS, OperatorHarness, destroy_vms, install_operator_rbac
@@ -43,6 +48,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def operator_kubeconfig(controlplane: ControlPlane) -> Path:
     return install_operator_rbac(controlplane)
+
+
+@pytest.fixture(scope="session")
+def metrics_reader(controlplane: ControlPlane, operator_kubeconfig: Path) -> MetricsReader:
+    return shipped_metrics_reader(controlplane)
 
 
 @pytest.fixture
@@ -71,7 +81,11 @@ def _reconcilers_wired() -> bool:
 
 @pytest.fixture
 async def operator(
-    request: pytest.FixtureRequest, operator_kubeconfig: Path, world: World, tmp_path: Path
+    request: pytest.FixtureRequest,
+    operator_kubeconfig: Path,
+    metrics_reader: MetricsReader,
+    world: World,
+    tmp_path: Path,
 ) -> AsyncIterator[OperatorHarness]:
     if not _reconcilers_wired():
         pytest.xfail("no reconciler is wired into agentforge.app.CONTROLLERS yet")
@@ -79,6 +93,7 @@ async def operator(
         kubeconfig=operator_kubeconfig,
         namespaces=(world.namespace, world.control_plane_namespace),
         log_path=tmp_path / "operator.log",
+        metrics=metrics_reader,
     )
     request.node.stash[OPERATOR_KEY] = harness
     try:

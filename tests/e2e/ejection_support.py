@@ -24,7 +24,7 @@ import pytest
 from agentforge.api import kinds, names
 from agentforge.reconcilers import ejection_crashpoints
 from sim.actors.vcenter import VmFact
-from sim.operator import OperatorProcess
+from sim.operator import MetricsReader, OperatorProcess
 from sim.vcsim import VcsimControl
 from sim.world import Snapshot, World
 from sim.world.snapshot import condition_of
@@ -59,7 +59,11 @@ WAIT_S = 90.0
 
 @pytest.fixture
 async def unstarted_operator(
-    request: pytest.FixtureRequest, operator_kubeconfig: Path, world: World, tmp_path: Path
+    request: pytest.FixtureRequest,
+    operator_kubeconfig: Path,
+    metrics_reader: MetricsReader,
+    world: World,
+    tmp_path: Path,
 ) -> AsyncIterator[OperatorHarness]:
     """The `operator` fixture's harness, not started: the test starts it (`run_operator`),
     with the crash hook when it wants one. Failure reports attach its log as usual."""
@@ -67,6 +71,7 @@ async def unstarted_operator(
         kubeconfig=operator_kubeconfig,
         namespaces=(world.namespace, world.control_plane_namespace),
         log_path=tmp_path / "operator.log",
+        metrics=metrics_reader,
     )
     request.node.stash[OPERATOR_KEY] = harness
     try:
@@ -95,6 +100,7 @@ async def run_operator(harness: OperatorHarness, *, crash_at: str | None = None)
         log_path=harness.log_path,
         env=env,
         name=f"operator#{harness.runs}",
+        metrics=harness.metrics,
     ).start()
     await harness.process.wait_ready(within=60)
 

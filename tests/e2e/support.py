@@ -6,7 +6,8 @@
   privilege, while the test and the actors act as admin.
 - `OperatorHarness` is the real operator process (`sim.operator.OperatorProcess`)
   watching the test's two namespaces, with `kill()` (SIGKILL), `restart()` and the
-  whole log of every run kept for failure reports.
+  whole log of every run kept for failure reports; given a `MetricsReader` it reads
+  /metrics as Prometheus does (HTTPS, a metrics-reader token).
 - `wait_converged(...)` (`Snapshot.converged`) and `vsphere_writes` say, in one
   place, what "the pool has settled at n replicas" and "nothing changed in vSphere"
   mean.
@@ -27,7 +28,7 @@ from sim.actors import Timings
 from sim.actors.vcenter import VmFact
 from sim.actors.waiting import consistently, eventually
 from sim.controlplane import ControlPlane
-from sim.operator import OperatorProcess
+from sim.operator import MetricsReader, OperatorProcess
 from sim.paths import REPO_ROOT
 from sim.vcsim import Vcsim, VcsimControl
 from sim.world import Snapshot, World
@@ -104,10 +105,18 @@ def install_operator_rbac(controlplane: ControlPlane) -> Path:
 class OperatorHarness:
     """The operator watching one world's namespaces; killable and restartable."""
 
-    def __init__(self, *, kubeconfig: Path, namespaces: tuple[str, ...], log_path: Path) -> None:
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        namespaces: tuple[str, ...],
+        log_path: Path,
+        metrics: MetricsReader | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.namespaces = namespaces
         self.log_path = log_path
+        self.metrics = metrics
         self.runs = 0
         self.process: OperatorProcess | None = None
 
@@ -120,7 +129,11 @@ class OperatorHarness:
     async def start(self, *, within: float = 60.0) -> OperatorProcess:
         self.runs += 1
         self.process = OperatorProcess(
-            self.kubeconfig, *self._args(), log_path=self.log_path, name=f"operator#{self.runs}"
+            self.kubeconfig,
+            *self._args(),
+            log_path=self.log_path,
+            name=f"operator#{self.runs}",
+            metrics=self.metrics,
         ).start()
         await self.process.wait_ready(within=within)
         return self.process

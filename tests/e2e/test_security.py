@@ -7,7 +7,9 @@
   the permissions of `config/rbac`: no other binding names it, a permission taken
   away is reported as Forbidden (the apiserver really enforces the shipped RBAC),
   and every verb `config/rbac` grants is used by a full pool life cycle, or appears
-  in `RARELY_USED` with the reason it is still needed.
+  in `RARELY_USED` with the reason it is still needed (the life cycle includes a
+  Prometheus scrape, which the operator authorises with TokenReview and
+  SubjectAccessReview).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import yaml
 
 from agentforge.api import kinds, names
 from sim.controlplane import ControlPlane
-from sim.operator import OperatorProcess, operator_identity
+from sim.operator import MetricsReader, OperatorProcess, operator_identity
 from sim.world import Snapshot, World
 from tests.e2e.support import OperatorHarness, eventually, pool_condition_is, wait_converged
 
@@ -231,7 +233,13 @@ RESTRICTED_SA = "agent-forge-restricted"
 
 def _restricted_role(drop: Grant) -> dict[str, Any]:
     """The shipped ClusterRole under another name, without one (verb, resource)."""
-    role = copy.deepcopy(next(o for o in shipped_rbac() if o["kind"] == "ClusterRole"))
+    role = copy.deepcopy(
+        next(
+            o
+            for o in shipped_rbac()
+            if o["kind"] == "ClusterRole" and o["metadata"]["name"] == names.MANAGER_ROLE
+        )
+    )
     role["metadata"] = {"name": "agent-forge-restricted-role"}
     verb, resource = drop
     plural, _, group = resource.partition(".")
@@ -340,7 +348,11 @@ def _resource_rows(rows: list[Any]) -> set[Grant]:
 
 
 async def test_every_granted_verb_is_used_by_a_pool_life_cycle(
-    world: World, controlplane: ControlPlane, operator_kubeconfig: Path, tmp_path: Path
+    world: World,
+    controlplane: ControlPlane,
+    operator_kubeconfig: Path,
+    metrics_reader: MetricsReader,
+    tmp_path: Path,
 ) -> None:
     lease = f"agent-forge-verbs-{secrets.token_hex(3)}"  # new: its first acquisition creates it
     await world.create_infraenv()
@@ -358,10 +370,12 @@ async def test_every_granted_verb_is_used_by_a_pool_life_cycle(
         "--namespace",
         world.control_plane_namespace,
         log_path=tmp_path / "operator.log",
+        metrics=metrics_reader,
     )
     try:
         process.start()
         await process.wait_log("became leader", within=60)
+        await process.metrics_text()  # Prometheus scrapes: the operator reviews its token
         await world.create_pool(POOL, folder=f"e2e/{world.namespace}")
         await world.nodepool(POOL).scale(2)
         await wait_converged(world, pool=POOL, nodepool=POOL, replicas=2)

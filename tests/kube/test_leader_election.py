@@ -23,7 +23,13 @@ from agentforge.api.kinds import LEASE
 from agentforge.kube import client, leader
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane
-from sim.operator import OperatorProcess, install_operator, operator_identity
+from sim.operator import (
+    MetricsReader,
+    OperatorProcess,
+    install_operator,
+    metrics_reader,
+    operator_identity,
+)
 
 NAMESPACE = names.DEPLOYMENT_NAMESPACE
 LEASES = "leases.coordination.k8s.io"  # how the proxy names the resource
@@ -34,6 +40,11 @@ FAST = {"lease": 6.0, "renew": 4.0, "retry": 1.0}
 @pytest.fixture(scope="module")
 def operator_kubeconfig(controlplane: ControlPlane) -> Path:
     return install_operator(controlplane)
+
+
+@pytest.fixture(scope="module")
+def reader(controlplane: ControlPlane, operator_kubeconfig: Path) -> MetricsReader:
+    return metrics_reader(controlplane)
 
 
 @pytest.fixture
@@ -52,14 +63,11 @@ def _args(lease_name: str, *, fast: bool) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def _two_operators(
-    kubeconfig: Path, lease_name: str, logs: Path, *, fast: bool
+    kubeconfig: Path, reader: MetricsReader, lease_name: str, logs: Path, *, fast: bool
 ) -> AsyncIterator[tuple[OperatorProcess, OperatorProcess]]:
-    a = OperatorProcess(
-        kubeconfig, *_args(lease_name, fast=fast), log_path=logs / "a.log", name="a"
-    )
-    b = OperatorProcess(
-        kubeconfig, *_args(lease_name, fast=fast), log_path=logs / "b.log", name="b"
-    )
+    args = _args(lease_name, fast=fast)
+    a = OperatorProcess(kubeconfig, *args, log_path=logs / "a.log", name="a", metrics=reader)
+    b = OperatorProcess(kubeconfig, *args, log_path=logs / "b.log", name="b", metrics=reader)
     async with a, b:
         await asyncio.gather(a.wait_ready(within=60), b.wait_ready(within=60))
         yield a, b
@@ -67,19 +75,19 @@ async def _two_operators(
 
 @pytest.fixture
 async def pair(
-    operator_kubeconfig: Path, lease_name: str, tmp_path: Path
+    operator_kubeconfig: Path, reader: MetricsReader, lease_name: str, tmp_path: Path
 ) -> AsyncIterator[tuple[OperatorProcess, OperatorProcess]]:
     """Two operators with the default timings (lease 15 s, renew 10 s, retry 2 s)."""
-    async with _two_operators(operator_kubeconfig, lease_name, tmp_path, fast=False) as ops:
+    async with _two_operators(operator_kubeconfig, reader, lease_name, tmp_path, fast=False) as ops:
         yield ops
 
 
 @pytest.fixture
 async def fast_pair(
-    operator_kubeconfig: Path, lease_name: str, tmp_path: Path
+    operator_kubeconfig: Path, reader: MetricsReader, lease_name: str, tmp_path: Path
 ) -> AsyncIterator[tuple[OperatorProcess, OperatorProcess]]:
     """Two operators with `FAST` timings, for tests that wait for an expiry."""
-    async with _two_operators(operator_kubeconfig, lease_name, tmp_path, fast=True) as ops:
+    async with _two_operators(operator_kubeconfig, reader, lease_name, tmp_path, fast=True) as ops:
         yield ops
 
 

@@ -20,7 +20,14 @@ from agentforge.kube import client
 from sim import paths
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane
-from sim.operator import PROBE_STAMP, OperatorProcess, first_to_log, install_operator
+from sim.operator import (
+    PROBE_STAMP,
+    MetricsReader,
+    OperatorProcess,
+    first_to_log,
+    install_operator,
+    metrics_reader,
+)
 
 NAMESPACE = names.DEPLOYMENT_NAMESPACE
 
@@ -28,6 +35,11 @@ NAMESPACE = names.DEPLOYMENT_NAMESPACE
 @pytest.fixture(scope="module")
 def operator_kubeconfig(controlplane: ControlPlane) -> Path:
     return install_operator(controlplane)
+
+
+@pytest.fixture(scope="module")
+def reader(controlplane: ControlPlane, operator_kubeconfig: Path) -> MetricsReader:
+    return metrics_reader(controlplane)
 
 
 def _leader_args(lease_name: str) -> list[str]:
@@ -42,12 +54,16 @@ def _leader_args(lease_name: str) -> list[str]:
 
 @pytest.fixture
 async def probe_operator(
-    operator_kubeconfig: Path, tmp_path: Path
+    operator_kubeconfig: Path, reader: MetricsReader, tmp_path: Path
 ) -> AsyncIterator[tuple[OperatorProcess, str]]:
     """An operator with the probe controller, leading its own Lease."""
     lease_name = f"t-{secrets.token_hex(4)}"
     op = OperatorProcess(
-        operator_kubeconfig, *_leader_args(lease_name), log_path=tmp_path / "op.log", probe=True
+        operator_kubeconfig,
+        *_leader_args(lease_name),
+        log_path=tmp_path / "op.log",
+        probe=True,
+        metrics=reader,
     )
     async with op:
         await op.wait_ready(within=60)

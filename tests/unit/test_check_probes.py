@@ -216,7 +216,9 @@ async def test_the_operators_serviceaccount_is_reviewed_when_the_caller_may() ->
     reviewer = await check_rbac.Reviewer.create(api, None)  # type: ignore[arg-type]
     items = await reviewer.review(pool(secret_ns="vault"))
     by_subject = {i.subject.rsplit(" ", 1)[-1]: i for i in items if "reconciling" in i.subject}
-    assert set(by_subject) == {"team-a", "clusters-hc1", "vault"}
+    assert set(by_subject) == {"team-a", "clusters-hc1", "vault", "cluster-wide"}
+    assert by_subject["cluster-wide"].status is Status.PASS  # the reviews behind /metrics
+    assert by_subject["cluster-wide"].message == "all 2 permissions granted"
     assert by_subject["team-a"].status is Status.FAIL
     assert by_subject["team-a"].message == (
         "denied: agentmachines.capi-provider.agent-install.openshift.io [list, patch, watch]"
@@ -249,7 +251,12 @@ async def test_without_review_rights_the_callers_own_permissions_are_reviewed() 
     items = await reviewer.review(pool())
     assert items[0].status is Status.WARN
     assert "reviewing your own permissions" in items[0].message
-    assert all(i.status is Status.PASS for i in items[1:])
+    # Your own permissions lack what the operator needs to authorise /metrics callers
+    # (you may not create SubjectAccessReviews: that is why yours are reviewed).
+    (cluster,) = [i for i in items if i.subject.endswith("cluster-wide")]
+    assert cluster.status is Status.FAIL
+    assert cluster.message == "denied: subjectaccessreviews.authorization.k8s.io [create]"
+    assert all(i.status is Status.PASS for i in items[1:] if i is not cluster)
     assert {b["kind"] for b in api.bodies} == {"SelfSubjectAccessReview"}
     assert (await reviewer.review(pool()))[0].status is Status.WARN, "shown with each pool"
 

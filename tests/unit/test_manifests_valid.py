@@ -418,6 +418,48 @@ def test_metrics_service_and_network_policy_expose_only_the_metrics_port(
     assert ports == [metrics_port]
 
 
+def test_manager_serves_metrics_over_https_behind_the_api_servers_review(
+    manager: dict[str, Any],
+) -> None:
+    parsed = _settings_of(manager)
+    assert parsed.metrics_secure is True
+    assert parsed.metrics_bind_address is not None
+    assert parsed.health_probe_bind_address is not None
+    assert parsed.metrics_bind_address.port == 8443
+    assert parsed.health_probe_bind_address.port != parsed.metrics_bind_address.port
+
+
+def test_service_monitor_scrapes_https_with_the_token_of_a_metrics_reader() -> None:
+    (endpoint,) = _one(CONFIG / "prometheus" / "monitor.yaml", "ServiceMonitor")["spec"][
+        "endpoints"
+    ]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["authorization"]["type"] == "Bearer"
+    secret_name = endpoint["authorization"]["credentials"]["name"]
+    reader = _load(CONFIG / "prometheus" / "metrics_reader.yaml")
+    (secret,) = [o for o in reader if o["kind"] == "Secret"]
+    (account,) = [o for o in reader if o["kind"] == "ServiceAccount"]
+    (binding,) = [o for o in reader if o["kind"] == "ClusterRoleBinding"]
+    assert secret["metadata"]["name"] == secret_name
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    owner = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert owner == account["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": account["metadata"]["namespace"],
+        }
+    ]
+    role = _one(CONFIG / "rbac" / "metrics_reader_role.yaml", "ClusterRole")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
 def test_service_monitor_selects_the_metrics_service() -> None:
     service = _one(CONFIG / "default" / "metrics_service.yaml", "Service")
     monitor = _one(CONFIG / "prometheus" / "monitor.yaml", "ServiceMonitor")

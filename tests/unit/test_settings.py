@@ -28,7 +28,10 @@ def test_defaults_match_controller_runtime_conventions() -> None:
     s = _load([])
     assert s.kubeconfig is None
     assert s.all_namespaces
-    assert s.metrics_bind_address == settings.BindAddress("0.0.0.0", 8080)
+    assert s.metrics_bind_address == settings.BindAddress("0.0.0.0", 8443)
+    assert s.metrics_secure is True
+    assert s.metrics_cert_path is None
+    assert (s.metrics_cert_name, s.metrics_cert_key) == ("tls.crt", "tls.key")
     assert s.health_probe_bind_address == settings.BindAddress("0.0.0.0", 8081)
     assert not s.leader_elect
     assert s.leader_election_id == "agent-forge.containeroo.ch"
@@ -126,6 +129,43 @@ def test_renew_deadline_must_be_shorter_than_lease_duration() -> None:
 def test_retry_period_times_jitter_must_be_shorter_than_renew_deadline() -> None:
     message = _error(["--renew-deadline", "5s", "--retry-period", "5s"])
     assert "--retry-period" in message
+
+
+def test_plain_metrics_need_an_explicit_false() -> None:
+    assert _load(["--metrics-secure=false"]).metrics_secure is False
+    assert _load([], {"AGENT_FORGE_METRICS_SECURE": "false"}).metrics_secure is False
+    assert _load(["--metrics-secure"]).metrics_secure is True
+
+
+def test_a_mounted_certificate_directory_must_hold_the_named_pair(tmp_path: Path) -> None:
+    message = _error(["--metrics-cert-path", str(tmp_path / "absent")])
+    assert "invalid --metrics-cert-path" in message
+    assert "is not a directory" in message
+    (tmp_path / "tls.crt").write_text("cert")
+    message = _error(["--metrics-cert-path", str(tmp_path)])
+    assert f"{tmp_path / 'tls.key'} is not a file" in message
+    assert "--metrics-cert-key" in message  # the fix names the file-name flags
+    (tmp_path / "server.key").write_text("key")
+    s = _load(["--metrics-cert-path", str(tmp_path), "--metrics-cert-key", "server.key"])
+    assert s.metrics_cert_path == tmp_path
+    assert "not a file name" in _error(["--metrics-cert-name", "../etc/tls.crt"])
+
+
+def test_a_certificate_with_plain_metrics_is_refused(tmp_path: Path) -> None:
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_text("x")
+    message = _error(["--metrics-cert-path", str(tmp_path), "--metrics-secure=false"])
+    assert "--metrics-cert-path" in message
+    assert "needs HTTPS" in message
+
+
+def test_secure_metrics_and_probes_need_separate_ports() -> None:
+    argv = ["--metrics-bind-address", ":9000", "--health-probe-bind-address", ":9000"]
+    message = _error(argv)
+    assert "invalid --health-probe-bind-address" in message
+    assert "the probes need a port of their own" in message
+    plain = _load([*argv, "--metrics-secure=false"])  # one plain server for both is fine
+    assert plain.metrics_bind_address == plain.health_probe_bind_address
 
 
 def test_settings_are_immutable() -> None:

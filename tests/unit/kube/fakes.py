@@ -200,3 +200,46 @@ async def eventually(predicate: Any, *, within: float = 30.0, interval: float = 
 
 
 __all__ = ["FakeApi", "Recorder", "WatchScript", "bookmark", "event", "eventually", "obj"]
+
+
+class ReviewApi:
+    """The API server's TokenReview and SubjectAccessReview, scripted.
+
+    `users` maps a token to the user it belongs to; `grants` holds the (user, verb,
+    path) triples RBAC allows. Every review posted is kept in `posted` (kind, spec);
+    `failure`, when set, is raised instead of answering (an unreachable API server).
+    """
+
+    def __init__(
+        self,
+        users: dict[str, dict[str, Any]] | None = None,
+        grants: set[tuple[str, str, str]] | None = None,
+    ) -> None:
+        self.users = users or {}
+        self.grants = grants or set()
+        self.posted: list[tuple[str, dict[str, Any]]] = []
+        self.failure: BaseException | None = None
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k, _ in self.posted if k == kind)
+
+    async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        assert method == "POST"
+        assert kw["verb"] == "create"
+        assert kw["repeatable"] is True
+        body = kw["body"]
+        self.posted.append((body["kind"], body["spec"]))
+        if self.failure is not None:
+            raise self.failure
+        spec = body["spec"]
+        if body["kind"] == "TokenReview":
+            assert path == "/apis/authentication.k8s.io/v1/tokenreviews"
+            user = self.users.get(spec["token"])
+            status = {"authenticated": True, "user": user} if user else {"authenticated": False}
+            return {**body, "status": status}
+        assert body["kind"] == "SubjectAccessReview"
+        assert path == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        attributes = spec["nonResourceAttributes"]
+        allowed = (spec["user"], attributes["verb"], attributes["path"]) in self.grants
+        reason = "RBAC: allowed" if allowed else ""
+        return {**body, "status": {"allowed": allowed, "reason": reason}}
