@@ -15,6 +15,8 @@ What is checked, and against what:
 * ServiceMonitor and PrometheusRule (whose CRDs are not ours) against the minimal
   schemas below, plus a structural check of each PromQL expression;
 * the Grafana dashboard JSON: parses, unique panel ids, every target has an `expr`;
+* every Pod template against OpenShift's `restricted-v2` SCC and the `restricted` Pod
+  Security Standard, rule by rule (`scripts.pod_security`);
 * every metric an alert or a dashboard panel queries is one the operator exports
   (`exported_metric_names`: the names registered once every `agentforge` module is
   imported), so a renamed metric cannot leave a silent alert behind.
@@ -39,7 +41,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from scripts import kustomize_lite
+from scripts import kustomize_lite, pod_security
 
 __all__ = [
     "KUBERNETES_VERSIONS",
@@ -373,6 +375,8 @@ def validate_object(
             problems.append(f"Kubernetes {version}: {where}: {exc.message}")
         except kubernetes_validate.SchemaNotFoundError as exc:
             problems.append(f"Kubernetes {version}: {exc.message}")
+    for pod in pod_security.pod_templates(obj):
+        problems.extend(f"pod security: {v}" for v in pod_security.violations(pod))
     return problems
 
 

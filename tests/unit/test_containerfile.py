@@ -2,9 +2,11 @@
 
 No container engine runs on the development machines, so the image itself is built
 elsewhere (`make image`); these tests check the recipe: it passes hadolint, its
-final stage runs the operator as a numeric non-root user from a virtualenv with
-nothing but the wheel in it, its build context holds everything the wheel needs,
-and the Deployment relies on exactly its entrypoint.
+final stage runs the operator as a numeric non-root user in group 0 (so any UID
+OpenShift assigns, always in group 0, can read its files) from a virtualenv with
+nothing but the wheel in it, owned by root and writable by nobody else, with HOME on
+the Deployment's writable /tmp; its build context holds everything the wheel needs,
+and the Deployment relies on exactly its entrypoint and fixes no UID or GID.
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ def test_containerfile_passes_hadolint_with_the_project_config() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_final_stage_runs_the_operator_as_a_numeric_non_root_user() -> None:
+def test_final_stage_runs_the_operator_as_a_numeric_non_root_user_in_group_0() -> None:
     final = _stages()[-1]
     (user,) = _instruction(final, "USER")
     uid, _, gid = user.partition(":")
     assert re.fullmatch(r"[1-9]\d*", uid), "numeric and non-root, so runAsNonRoot can verify it"
-    assert re.fullmatch(r"[1-9]\d*", gid)
+    assert gid == "0", "the group OpenShift's arbitrary UIDs run in"
     (entrypoint,) = _instruction(final, "ENTRYPOINT")
     assert entrypoint == '["/opt/agentforge/bin/python", "-m", "agentforge", "run"]'
 
@@ -70,6 +72,26 @@ def test_final_stage_installs_nothing_and_copies_only_the_virtualenv() -> None:
     labels = " ".join(_instruction(final, "LABEL"))
     for key in ("title", "description", "licenses", "version", "revision"):
         assert f"org.opencontainers.image.{key}=" in labels
+
+
+def test_files_belong_to_group_0_readable_by_it_and_writable_by_root_only() -> None:
+    builder, final = _stages()
+    (run,) = _instruction(builder, "RUN")
+    steps = [step.strip() for step in run.split("&&")]
+    # Ownership and modes are fixed last in the builder; COPY --from keeps them.
+    assert steps[-2:] == [
+        "chown -R 0:0 /opt/agentforge",
+        "chmod -R g=u-w,o=u-w /opt/agentforge",
+    ]
+    env = " ".join(_instruction(final, "ENV"))
+    assert "HOME=/tmp" in env, "an arbitrary UID has no home directory: use the writable /tmp"
+    docs = yaml.safe_load_all((REPO / "config" / "manager" / "manager.yaml").read_text())
+    pod = next(d for d in docs if d and d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    (manager,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in manager["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]], "the only writable path"
+    assert set(mounts) == {"/tmp"}
 
 
 def test_build_context_holds_every_module_the_wheel_packages() -> None:
@@ -97,9 +119,13 @@ def test_deployment_relies_on_the_image_entrypoint_and_passes_only_flags() -> No
     (manager,) = deployment["spec"]["template"]["spec"]["containers"]
     assert "command" not in manager
     assert all(arg.startswith("--") for arg in manager["args"])
-    (user,) = _instruction(_stages()[-1], "USER")
     pod = deployment["spec"]["template"]["spec"]["securityContext"]
-    assert f"{pod['runAsUser']}:{pod['runAsGroup']}" == user
+    assert "runAsUser" not in pod, "the image's USER applies, or OpenShift's assigned UID"
+    assert "runAsGroup" not in pod
+    assert pod["runAsNonRoot"] is True
+    (ports,) = [_instruction(_stages()[-1], "EXPOSE")]
+    exposed = {int(p) for line in ports for p in line.split()}
+    assert exposed == {p["containerPort"] for p in manager["ports"]}
 
 
 def test_make_image_says_plainly_when_no_container_engine_works(tmp_path: Path) -> None:
