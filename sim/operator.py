@@ -17,14 +17,13 @@ the code (our CRDs, the RBAC of `config/rbac`) and returns the kubeconfig of the
 operator's ServiceAccount, so tests run the operator with exactly its permissions.
 
 /metrics is served as in a cluster: HTTPS, only to bearer tokens the API server
-authorises for `get /metrics`. `metrics_reader(controlplane)` sets up what
-Prometheus has: the ServiceAccount and ClusterRoleBinding of
-`config/prometheus/metrics_reader.yaml` (bound to the shipped metrics-reader
-ClusterRole), a token for it from the TokenRequest API, and a serving certificate
-for the operator signed by the control plane's CA. `OperatorProcess(...,
-metrics=reader)` starts the operator with that certificate (`--metrics-cert-path`)
-and scrapes with the token, verifying the certificate; without it the operator
-serves its self-signed certificate and `metrics()` refuses to guess a token.
+authorises for `get /metrics`. `metrics_reader(controlplane)` (`sim.metrics_reader`,
+re-exported here) sets up what Prometheus has: the shipped metrics-reader identity,
+a token for it, and a serving certificate for the operator signed by the control
+plane's CA. `OperatorProcess(..., metrics=reader)` starts the operator with that
+certificate (`--metrics-cert-path`) and scrapes with the token, verifying the
+certificate; without it the operator serves its self-signed certificate and
+`metrics()` refuses to guess a token.
 
 `python -m sim.operator <run flags>` is the probe mode: the operator with one extra
 controller, "probe", that reconciles Agents and, for an Agent whose annotation
@@ -48,7 +47,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -58,6 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sim import paths
 from sim.controlplane import ControlPlane
+from sim.metrics_reader import MetricsReader, metrics_reader
 
 __all__ = [
     "PROBE_STAMP",
@@ -114,56 +113,6 @@ def install_operator(controlplane: ControlPlane, *, namespace: str | None = None
             content_type="application/apply-patch+yaml",
         )
     return controlplane.serviceaccount_kubeconfig(namespace, names.SERVICE_ACCOUNT)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsReader:
-    """What a Prometheus holds to scrape the operator, and the operator's certificate."""
-
-    identity: str
-    token: str
-    ca_file: Path
-    cert_dir: Path
-
-
-def metrics_reader(controlplane: ControlPlane) -> MetricsReader:
-    """The shipped metrics-reader identity (config/prometheus/metrics_reader.yaml) applied,
-    a token for it, and a serving certificate for the operator signed by the CA.
-
-    The ClusterRole it is bound to comes with the operator's RBAC (`install_operator`
-    or `config/rbac`). Its token Secret is not applied: the test control plane runs no
-    token controller to fill it, so the token comes from TokenRequest instead.
-    """
-    import yaml  # noqa: PLC0415
-
-    from sim.controlplane import identities  # noqa: PLC0415
-
-    shipped = paths.REPO_ROOT / "config" / "prometheus" / "metrics_reader.yaml"
-    client = controlplane.direct_client()
-    account: Mapping[str, Any] | None = None
-    for obj in yaml.safe_load_all(shipped.read_text()):
-        if obj["kind"] == "Secret":
-            continue
-        if obj["kind"] == "ServiceAccount":
-            account = obj["metadata"]
-            controlplane.create_namespace(account["namespace"])
-        client.request(
-            "PATCH",
-            _object_path(obj) + "?fieldManager=agentforge-sim&force=true",
-            body=obj,
-            content_type="application/apply-patch+yaml",
-        )
-    assert account is not None, f"{shipped} names no ServiceAccount"
-    namespace, name = account["namespace"], account["name"]
-    token = identities.serviceaccount_token(client, namespace=namespace, name=name)
-    cert_dir = controlplane.workdir / "operator-metrics-tls"
-    controlplane.issue_serving_pair(cert_dir, common_name="agent-forge-metrics")
-    return MetricsReader(
-        identity=identities.serviceaccount_username(namespace, name),
-        token=token,
-        ca_file=controlplane.ca_file,
-        cert_dir=cert_dir,
-    )
 
 
 def _object_path(obj: Mapping[str, Any]) -> str:

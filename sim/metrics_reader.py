@@ -1,0 +1,79 @@
+"""What a Prometheus holds to scrape the operator, set up in the test control plane.
+
+`metrics_reader(controlplane)` applies the shipped identity Prometheus scrapes as
+(`config/prometheus/metrics_reader.yaml`: a ServiceAccount bound to the
+metrics-reader ClusterRole of `config/rbac`), requests a token for it, and issues a
+serving certificate for the operator signed by the control plane's CA, so a
+scraper can verify the operator's TLS as it would a mounted certificate in a
+cluster. `sim.operator.OperatorProcess(..., metrics=reader)` uses all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim import paths
+from sim.controlplane import ControlPlane, identities
+
+__all__ = ["SHIPPED", "MetricsReader", "metrics_reader"]
+
+SHIPPED = paths.REPO_ROOT / "config" / "prometheus" / "metrics_reader.yaml"
+_PLURALS = {"ServiceAccount": "serviceaccounts", "ClusterRoleBinding": "clusterrolebindings"}
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsReader:
+    """What a Prometheus holds to scrape the operator, and the operator's certificate."""
+
+    identity: str
+    token: str
+    ca_file: Path
+    cert_dir: Path
+
+
+def metrics_reader(controlplane: ControlPlane) -> MetricsReader:
+    """The shipped metrics-reader identity (config/prometheus/metrics_reader.yaml) applied,
+    a token for it, and a serving certificate for the operator signed by the CA.
+
+    The ClusterRole it is bound to comes with the operator's RBAC (`install_operator`
+    or `config/rbac`). Its token Secret is not applied: the test control plane runs no
+    token controller to fill it, so the token comes from TokenRequest instead.
+    """
+    client = controlplane.direct_client()
+    account: Mapping[str, Any] | None = None
+    for obj in yaml.safe_load_all(SHIPPED.read_text()):
+        if obj["kind"] == "Secret":
+            continue
+        if obj["kind"] == "ServiceAccount":
+            account = obj["metadata"]
+            controlplane.create_namespace(account["namespace"])
+        client.request(
+            "PATCH",
+            _path(obj) + "?fieldManager=agentforge-sim&force=true",
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+    assert account is not None, f"{SHIPPED} names no ServiceAccount"
+    namespace, name = account["namespace"], account["name"]
+    token = identities.serviceaccount_token(client, namespace=namespace, name=name)
+    cert_dir = controlplane.workdir / "operator-metrics-tls"
+    controlplane.issue_serving_pair(cert_dir, common_name="agent-forge-metrics")
+    return MetricsReader(
+        identity=identities.serviceaccount_username(namespace, name),
+        token=token,
+        ca_file=controlplane.ca_file,
+        cert_dir=cert_dir,
+    )
+
+
+def _path(obj: Mapping[str, Any]) -> str:
+    api_version, meta = str(obj["apiVersion"]), obj["metadata"]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    namespace = meta.get("namespace")
+    where = f"/namespaces/{namespace}" if namespace else ""
+    return f"{base}{where}/{_PLURALS[obj['kind']]}/{meta['name']}"
