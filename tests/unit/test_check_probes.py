@@ -224,7 +224,7 @@ async def test_the_operators_serviceaccount_is_reviewed_when_the_caller_may() ->
     sa = f"{names.DEPLOYMENT_NAMESPACE}:{names.SERVICE_ACCOUNT}"
     assert f"--serviceaccount={sa}" in by_subject["team-a"].fix
     assert by_subject["vault"].status is Status.PASS
-    assert by_subject["vault"].message == "all 2 permissions granted"  # secrets list, watch
+    assert by_subject["vault"].message == "all 1 permission granted"  # secrets: get
     (leader,) = [i for i in items if "leader election" in i.subject]
     assert leader.subject.endswith(f"in namespace {names.DEPLOYMENT_NAMESPACE}")
     reviews = [b for b in api.bodies if b["kind"] == "SubjectAccessReview"]
