@@ -42,8 +42,8 @@ from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers import registry
-from agentforge.reconcilers.credentials import SecretCredentials
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.secret_source import SecretCredentials
 from agentforge.settings import Settings
 
 __all__ = [
@@ -243,7 +243,9 @@ async def _start(
         )
     )
     stack.push_async_callback(sessions.close)
-    credentials = SecretCredentials(client=client)
+    credentials = SecretCredentials(
+        client=client, refresh_interval=settings.credentials_refresh_interval.total_seconds()
+    )
     stack.push_async_callback(credentials.close)
     runtime = Runtime(
         settings=settings,

@@ -10,8 +10,10 @@ kubeconfig and the vCenter of the pool's credentials Secret:
   that URL answers a HEAD (or a one-byte ranged GET), TLS verified: nothing is
   downloaded;
 * the credentials Secret parses (`reconcilers.credentials.parse_credentials`, the
-  operator's own rules), and `VsphereService.preflight` finds the pool's placement
-  (`reconcilers.pool_specs.placement`, the infra controller's translation);
+  operator's own rules) and, when it lies in another namespace, lists the pool's in
+  its allowed-namespaces annotation (`check_secret`), and `VsphereService.preflight`
+  finds the pool's placement (`reconcilers.pool_specs.placement`, the infra
+  controller's translation);
 * the control plane namespace exists, AgentMachines there carry the pool's nodePool
   annotation, and no other pool serves the same NodePool;
 * RBAC (`check_rbac`): every rule the code declares, reviewed for the operator's
@@ -36,7 +38,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from agentforge import check_probes, check_rbac, vsphere
+from agentforge import check_probes, check_rbac, check_secret, vsphere
 from agentforge.api import crdgen, kinds
 from agentforge.api.pool import VsphereAgentPool, VsphereAgentPoolSpec
 from agentforge.check_render import (
@@ -212,7 +214,7 @@ async def check_pool(
         return [item, await check_probes.iso_url(url)] if url else [item]
 
     async def secret_then_vsphere() -> list[Item]:
-        items, credentials = await check_probes.secret(client, pool)
+        items, credentials = await check_secret.secret(client, pool)
         return [*items, *await check_probes.vsphere_preflight(sessions, pool, credentials)]
 
     parts = await asyncio.gather(

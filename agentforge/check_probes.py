@@ -4,8 +4,8 @@ Every probe turns what it finds into items naming the object and the fix, and
 never raises for a failed read: "could not read" is a failed item with the reason,
 so one unreachable thing does not hide the verdicts on the others. The rules are
 the operator's own: `views` for InfraEnvs and AgentMachines, `indexes` for which
-AgentMachines and pools belong to a NodePool, `parse_credentials` for the Secret,
-`pool_specs.placement` + `VsphereService.preflight` for vSphere.
+AgentMachines and pools belong to a NodePool, `pool_specs.placement` +
+`VsphereService.preflight` for vSphere (the credentials Secret: `check_secret`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check_render import Item, Status
 from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
-from agentforge.reconcilers import credentials as secret_rules
 from agentforge.reconcilers import indexes, pool_specs
-from agentforge.reconcilers.deps import CredentialsError
 
 __all__ = [
     "SESSION_OPTIONS",
@@ -36,8 +34,8 @@ __all__ = [
     "iso_url",
     "read_pool",
     "redact_url",
-    "secret",
     "spec_item",
+    "unreadable",
     "vsphere_preflight",
 ]
 
@@ -45,13 +43,6 @@ SESSION_OPTIONS: Final = vsphere.SessionOptions(
     max_workers=4, keepalive_seconds=3600.0, http_timeout_seconds=30.0, retry_attempts=2
 )
 ISO_TIMEOUT: Final = aiohttp.ClientTimeout(total=20.0, sock_connect=10.0)
-_SECRET_KEYS: Final = (
-    secret_rules.KEY_SERVER,
-    secret_rules.KEY_USERNAME,
-    secret_rules.KEY_PASSWORD,
-    secret_rules.KEY_INSECURE,
-    *secret_rules.CA_BUNDLE_KEYS,
-)
 
 
 def _object_missing(exc: errors.NotFound, name: str) -> bool:
@@ -59,7 +50,7 @@ def _object_missing(exc: errors.NotFound, name: str) -> bool:
     return str(exc.details.get("name", "")) == name
 
 
-def _unreadable(check: str, subject: str, exc: errors.KubeError, what: str) -> Item:
+def unreadable(check: str, subject: str, exc: errors.KubeError, what: str) -> Item:
     return Item(
         check,
         Status.FAIL,
@@ -80,7 +71,7 @@ async def read_pool(
         fix = "check the name (kubectl get vap -A)" if "found" in message else "apply config/crd"
         return None, Item("spec", Status.FAIL, subject, message, fix)
     except errors.KubeError as exc:
-        return None, _unreadable("spec", subject, exc, "vsphereagentpools")
+        return None, unreadable("spec", subject, exc, "vsphereagentpools")
     try:
         return VsphereAgentPool.model_validate(raw), None
     except ValidationError as exc:
@@ -126,7 +117,7 @@ async def infraenv(client: KubeClient, pool: VsphereAgentPool) -> tuple[Item, st
             "not found", f"create it, or set spec.infraEnvRef.name to an InfraEnv in {ns}"
         )
     except errors.KubeError as exc:
-        return _unreadable("infraenv", subject, exc, "infraenvs"), None
+        return unreadable("infraenv", subject, exc, "infraenvs"), None
     view = views.InfraEnv.model_validate(raw)
     url = view.iso_download_url
     if not url:
@@ -229,49 +220,7 @@ async def iso_url(url: str) -> Item:
     return Item("iso-url", Status.PASS, subject, f"HTTP {status}, {human_size(size)}")
 
 
-# --- credentials and vSphere ----------------------------------------------------------------
-
-
-async def secret(
-    client: KubeClient, pool: VsphereAgentPool
-) -> tuple[list[Item], vsphere.Credentials | None]:
-    ns, name = pool.credentials_secret_namespace(), pool.spec.vsphere.credentials_secret_ref.name
-    subject = f"Secret {ns}/{name}"
-    try:
-        raw = await client.get(kinds.SECRET, namespace=ns, name=name)
-    except errors.NotFound:
-        fix = (
-            f"kubectl -n {ns} create secret generic {name} --from-literal=server=... "
-            "--from-literal=username=... --from-literal=password=..., "
-            "or fix spec.vsphere.credentialsSecretRef"
-        )
-        return [Item("secret", Status.FAIL, subject, "not found", fix)], None
-    except errors.KubeError as exc:
-        return [_unreadable("secret", subject, exc, "secrets")], None
-    data: dict[str, str] = raw.get("data") or {}
-    try:
-        credentials = secret_rules.parse_credentials(namespace=ns, name=name, data=data)
-    except CredentialsError as exc:
-        message, fix = _problem_and_fix(str(exc), prefix=f"vSphere credentials {subject}")
-        return [Item("secret", Status.FAIL, subject, message, fix)], None
-    keys = ", ".join(k for k in _SECRET_KEYS if data.get(k))
-    found = f"keys {keys}; vCenter {credentials.netloc}"
-    if credentials.insecure:
-        warning = "insecure: true, the vCenter certificate is not verified"
-        fix = "put the vCenter CA in key caBundle and remove insecure"
-        items = [Item("secret", Status.PASS, subject, found)]
-        return [*items, Item("secret", Status.WARN, subject, warning, fix)], credentials
-    trust = "verified with its CA bundle" if credentials.ca_bundle_pem else "verified"
-    return [Item("secret", Status.PASS, subject, f"{found}, TLS {trust}")], credentials
-
-
-def _problem_and_fix(text: str, *, prefix: str) -> tuple[str, str]:
-    """`parse_credentials` says "<secret> <problem>: <fix>" (or "; <fix>"): split it."""
-    text = text.removeprefix(prefix).lstrip(": ")
-    cuts = [i for i in (text.find(": "), text.find("; ")) if i > 0]
-    if not cuts:
-        return text, "fix the Secret's keys: server, username, password (insecure, caBundle)"
-    return text[: min(cuts)], text[min(cuts) + 2 :]
+# --- vSphere (the Secret: `check_secret`) -----------------------------------------------------
 
 
 async def vsphere_preflight(
@@ -331,7 +280,7 @@ async def _agent_machines(client: KubeClient, *, cp: str, key: str, annotation: 
     try:
         listed = (await client.list(kinds.AGENT_MACHINE, namespace=cp)).items
     except errors.KubeError as exc:
-        return _unreadable("agentmachines", subject, exc, "agentmachines")
+        return unreadable("agentmachines", subject, exc, "agentmachines")
     mine = [
         views.AgentMachine.model_validate(am)
         for am in listed
@@ -378,7 +327,7 @@ async def _other_pools(client: KubeClient, pool: VsphereAgentPool, *, key: str) 
             "apply config/crd",
         )
     except errors.KubeError as exc:
-        return _unreadable("nodepool", subject, exc, "vsphereagentpools")
+        return unreadable("nodepool", subject, exc, "vsphereagentpools")
     others = sorted(
         f"{ns}/{p['metadata']['name']}"
         for p in listed

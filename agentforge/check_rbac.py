@@ -172,7 +172,8 @@ class Reviewer:
             if allowed is not True:
                 denied[_resource_label(group, resource)].append(verb)
         if not denied:
-            return Item("rbac", Status.PASS, subject, f"all {len(results)} permissions granted")
+            count = f"{len(results)} permission{'s' if len(results) != 1 else ''}"
+            return Item("rbac", Status.PASS, subject, f"all {count} granted")
         missing = "; ".join(f"{r} [{', '.join(sorted(v))}]" for r, v in sorted(denied.items()))
         return Item("rbac", Status.FAIL, subject, f"denied: {missing}", self._fix(scope, namespace))
 

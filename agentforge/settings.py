@@ -181,6 +181,7 @@ class Settings(BaseModel):
     vsphere_max_workers: int = Field(default=8, ge=1, le=128)
     vsphere_qps: float = Field(default=50.0, gt=0, le=10_000)
     vsphere_burst: int = Field(default=100, ge=1, le=100_000)
+    credentials_refresh_interval: Duration = timedelta(minutes=1)
     log_level: Annotated[LogLevel, BeforeValidator(_lower_level)] = LogLevel.INFO
     log_format: Annotated[LogFormat, BeforeValidator(_lower)] = LogFormat.JSON
 
@@ -255,6 +256,13 @@ class Settings(BaseModel):
                 "with authentication, and the kubelet probes plain HTTP without a token",
             )
         return self
+
+    @field_validator("credentials_refresh_interval")
+    @classmethod
+    def _refresh_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(hours=24):
+            raise ValueError("must be from 1s to 24h")
+        return value
 
     @model_validator(mode="after")
     def _leader_timings(self) -> Settings:
@@ -438,6 +446,14 @@ OPTIONS: tuple[Option, ...] = (
         "vSphere calls allowed in a burst above --vsphere-qps (default 100)",
         "use a whole number such as 100",
         metavar="N",
+    ),
+    Option(
+        "credentials_refresh_interval",
+        "--credentials-refresh-interval",
+        "how old a copy of a vSphere credentials Secret may get before it is read again: "
+        "one GET per Secret in use per interval (default 1m)",
+        "use a duration from 1s to 24h such as 1m",
+        metavar="DURATION",
     ),
     Option(
         "log_level",

@@ -65,6 +65,7 @@ class PoolReason(StrEnum):
     # VsphereReady
     VSPHERE_CONNECTED = "VsphereConnected"
     CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
+    CREDENTIALS_NOT_SHARED = "CredentialsNotShared"
     VSPHERE_UNAVAILABLE = "VsphereUnavailable"
     # ISOReady
     ISO_CACHED = "ISOCached"

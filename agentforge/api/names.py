@@ -42,6 +42,11 @@ it is adopted (its ownership markers are stamped only when name and UUID match).
 ANNOTATION_FORCE_ISO_REFRESH: Final = f"{GROUP}/force-iso-refresh"
 """On a VsphereAgentPool: each new value forces one discovery ISO re-check."""
 
+ANNOTATION_ALLOWED_NAMESPACES: Final = f"{GROUP}/allowed-namespaces"
+"""On a vSphere credentials Secret: the other namespaces whose pools may use it
+(comma-separated names; no wildcard). Without it only pools in the Secret's own
+namespace may (docs/design/0004-secret-access.md)."""
+
 FINALIZER_POOL: Final = f"{GROUP}/vsphere-agent-pool"
 """Holds a pool until its VsphereAgents are gone."""
 

@@ -64,7 +64,9 @@ class SecretReference(KubeModel):
     name: DNS1123Subdomain
     """The Secret's metadata.name."""
     namespace: OptionalDNS1123Label | None = None
-    """The Secret's namespace; empty means the pool's namespace."""
+    """The Secret's namespace; empty means the pool's namespace. A credentials Secret
+    in another namespace is used only when its annotation
+    `agent-forge.containeroo.ch/allowed-namespaces` lists the pool's namespace."""
 
 
 class VsphereSpec(KubeModel):

@@ -1,20 +1,8 @@
-"""vSphere credentials from Secrets: one tiny watch per referenced Secret, no cluster-wide cache.
+"""The rules of a vSphere credentials Secret: its keys, and which pools may use it.
 
-Why not an informer over all Secrets: an operator that caches every Secret of the
-cluster holds every password of every tenant in memory and needs `list` on all of
-them anyway. Instead, the first lookup of a Secret starts an informer limited to
-that Secret's namespace and name (`fieldSelector=metadata.name=<name>`), so:
-
-* a warm lookup costs no API call (the cache answers);
-* a rotated password, a fixed key or a newly created Secret arrives by watch, and
-  subscribers (`subscribe`) are told which Secret changed, so the controllers that
-  use it run again at once instead of polling;
-* the cache keeps only the keys below (`_trim`), never the rest of the Secret.
-
-Watches live until `close()` (the app calls it at shutdown); `credentialsSecretRef`
-is immutable, so there is at most one per pool.
-
-Keys (values base64 in `data`, as the API returns them):
+`parse_credentials` turns a Secret's `data` into `vsphere.Credentials`; the operator
+(`secret_source.SecretCredentials`) and `python -m agentforge check` share it, so
+both judge a Secret alike. Keys (values base64 in `data`, as the API returns them):
 
 | key | meaning |
 |---|---|
@@ -24,40 +12,51 @@ Keys (values base64 in `data`, as the API returns them):
 | `insecure` | optional; `true` skips certificate verification (Go `ParseBool` values) |
 | `caBundle` (or `ca.crt`) | optional PEM bundle trusted in addition to the system store |
 
-A missing Secret or key raises `deps.CredentialsError` naming the Secret, the key and
-the fix; `SecretUnreadable` (a subclass) means the Secret could not be read at all
-yet (RBAC, API server down): retry later, never conclude it is absent. Values never
-appear in messages, logs or `repr`.
+A missing key raises `deps.CredentialsError` naming the Secret, the key and the fix;
+`SecretUnreadable` (a subclass) means the Secret could not be read at all (RBAC, API
+server down): retry later, never conclude it is absent. Values never appear in
+messages, logs or `repr`.
+
+**The namespace boundary** (docs/design/0004-secret-access.md). A pool may use a
+Secret in its own namespace. A Secret in another namespace is used only when it
+exists and lists the pool's namespace in its annotation
+`agent-forge.containeroo.ch/allowed-namespaces` (comma-separated names, in the
+spirit of CAPV's `allowedNamespaces`); there is no wildcard, so sharing with every
+namespace, present and future, takes an explicit list. Until then the pool gets
+`CredentialsNotShared` with `not_shared(...)`'s text, which is the same whether that
+Secret is missing, unreadable, not annotated, or lacks keys: a pool's status must not
+tell its author anything about another namespace. Only once a Secret opted in may
+messages about its keys be specific.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import logging
+import re
 import ssl
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from agentforge import vsphere
-from agentforge.api import kinds, rbac
-from agentforge.kube.informer import EventHandler, Informer, ListWatcher
+from agentforge.api import kinds, names, rbac
 from agentforge.reconcilers.deps import CredentialsError
 
 __all__ = [
+    "ALLOWED_NAMESPACES",
     "CA_BUNDLE_KEYS",
+    "KEPT_KEYS",
     "KEY_INSECURE",
     "KEY_PASSWORD",
     "KEY_SERVER",
     "KEY_USERNAME",
-    "SecretCredentials",
+    "CredentialsNotShared",
     "SecretUnreadable",
+    "allowed_namespaces",
+    "not_shared",
     "parse_credentials",
+    "shared_with",
 ]
-
-log = logging.getLogger(__name__)
 
 KEY_SERVER: Final = "server"
 KEY_USERNAME: Final = "username"
@@ -65,28 +64,64 @@ KEY_PASSWORD: Final = "password"  # noqa: S105 - a key name, not a password
 KEY_INSECURE: Final = "insecure"
 CA_BUNDLE_KEYS: Final = ("caBundle", "ca.crt")
 _REQUIRED: Final = (KEY_SERVER, KEY_USERNAME, KEY_PASSWORD)
-_KEPT: Final = frozenset((*_REQUIRED, KEY_INSECURE, *CA_BUNDLE_KEYS))
+KEPT_KEYS: Final = frozenset((*_REQUIRED, KEY_INSECURE, *CA_BUNDLE_KEYS))
+"""The only keys of a Secret the operator keeps in memory."""
+ALLOWED_NAMESPACES: Final = names.ANNOTATION_ALLOWED_NAMESPACES
 _TRUE: Final = frozenset({"1", "t", "true"})
 _FALSE: Final = frozenset({"", "0", "f", "false"})
 
+_SEPARATORS: Final = re.compile(r"[\s,]+")
+
 rbac.needs(
     kinds.SECRET,
-    "list",
-    "watch",
-    why="read the vSphere credentials Secret each pool names (one Secret per watch)",
+    "get",
+    why="read by name the vSphere credentials Secret each pool names (never list or watch)",
 )
-
-Listener = Callable[[str, str], None]
 
 
 class SecretUnreadable(CredentialsError):
     """The Secret could not be read (yet): nothing can be concluded about it; retry."""
 
 
+class CredentialsNotShared(CredentialsError):
+    """A Secret in another namespace that has not opted in for the pool's namespace (or
+    may be missing or unreadable: the pool may not learn which)."""
+
+
+def allowed_namespaces(annotations: Mapping[str, str]) -> frozenset[str]:
+    """The namespaces a Secret's annotation names (commas or blanks separate them).
+
+    Entries are taken literally: `*` is not a wildcard, it names no namespace."""
+    value = annotations.get(ALLOWED_NAMESPACES) or ""
+    return frozenset(part for part in _SEPARATORS.split(value) if part)
+
+
+def shared_with(
+    *, pool_namespace: str, secret_namespace: str, annotations: Mapping[str, str]
+) -> bool:
+    """May a pool in `pool_namespace` use this Secret (which exists)?"""
+    return pool_namespace == secret_namespace or pool_namespace in allowed_namespaces(annotations)
+
+
+def not_shared(*, pool_namespace: str, secret_namespace: str, name: str) -> CredentialsNotShared:
+    """The refusal of a Secret in another namespace: one text for every cause.
+
+    It names only what the pool's author wrote (the reference) and the fix, never
+    whether that Secret exists, can be read, is annotated or has the keys."""
+    return CredentialsNotShared(
+        f"credentials Secret {secret_namespace}/{name} (spec.vsphere.credentialsSecretRef) is in "
+        f"another namespace than the pool's ({pool_namespace}); such a Secret is used only when "
+        f"it exists and its annotation {ALLOWED_NAMESPACES} lists {pool_namespace}: whoever "
+        f"manages namespace {secret_namespace} must add {pool_namespace} to that annotation "
+        f"(comma-separated namespace names), or use a Secret in namespace {pool_namespace} "
+        "(credentialsSecretRef is immutable: in a new pool)"
+    )
+
+
 def parse_credentials(*, namespace: str, name: str, data: Mapping[str, str]) -> vsphere.Credentials:
     """Credentials from a Secret's `data` (base64 values); `CredentialsError` names the fix."""
     secret = f"Secret {namespace}/{name}"
-    values = {key: _decode(secret, key, raw) for key, raw in data.items() if key in _KEPT}
+    values = {key: _decode(secret, key, raw) for key, raw in data.items() if key in KEPT_KEYS}
     for key in _REQUIRED:
         if not values.get(key):
             raise CredentialsError(
@@ -140,93 +175,3 @@ def _check_pem(secret: str, key: str, pem: str) -> None:
             f"vSphere credentials {secret}: key {key!r} is not a PEM certificate bundle; "
             "put the vCenter CA certificate(s) there in PEM form"
         ) from None
-
-
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """Keep identity metadata and only the keys we read; nothing else of the Secret."""
-    meta = obj.get("metadata") or {}
-    data = obj.get("data") or {}
-    identity = ("name", "namespace", "uid", "resourceVersion")
-    return {
-        "metadata": {k: meta[k] for k in identity if k in meta},
-        "data": {k: v for k, v in data.items() if k in _KEPT},
-    }
-
-
-@dataclass(slots=True)
-class _Watched:
-    informer: Informer
-    parsed_version: str | None = None
-    parsed: vsphere.Credentials | None = None
-
-
-class SecretCredentials:
-    """A `deps.CredentialsSource` backed by one field-selected informer per Secret."""
-
-    def __init__(self, *, client: ListWatcher, sync_timeout: float = 10.0) -> None:
-        self._client = client
-        self._sync_timeout = sync_timeout
-        self._watched: dict[tuple[str, str], _Watched] = {}
-        self._listeners: list[Listener] = []
-
-    def subscribe(self, listener: Listener) -> None:
-        """Call `listener(namespace, name)` whenever a watched Secret changes."""
-        self._listeners.append(listener)
-
-    async def get(self, *, namespace: str, name: str) -> vsphere.Credentials:
-        watched = self._watch(namespace=namespace, name=name)
-        if not watched.informer.has_synced:
-            try:
-                await asyncio.wait_for(watched.informer.synced(), timeout=self._sync_timeout)
-            except TimeoutError:
-                raise SecretUnreadable(
-                    f"vSphere credentials Secret {namespace}/{name} could not be read within "
-                    f"{self._sync_timeout:g}s; check that the operator may list and watch "
-                    "secrets in that namespace and that the API server answers"
-                ) from None
-        obj = watched.informer.get(namespace=namespace, name=name)
-        if obj is None:
-            raise CredentialsError(
-                f"vSphere credentials Secret {namespace}/{name} not found: create it with "
-                "keys server, username and password, or fix spec.vsphere.credentialsSecretRef"
-            )
-        version = str(obj["metadata"].get("resourceVersion", ""))
-        if watched.parsed is None or watched.parsed_version != version:
-            watched.parsed = parse_credentials(
-                namespace=namespace, name=name, data=obj.get("data") or {}
-            )
-            watched.parsed_version = version
-        return watched.parsed
-
-    async def close(self) -> None:
-        """Stop every watch (at shutdown)."""
-        watched, self._watched = list(self._watched.values()), {}
-        for item in watched:
-            await item.informer.stop()
-
-    def _watch(self, *, namespace: str, name: str) -> _Watched:
-        key = (namespace, name)
-        watched = self._watched.get(key)
-        if watched is None:
-            informer = Informer(
-                client=self._client,
-                kind=kinds.SECRET,
-                namespaces=[namespace],
-                field_selector=f"metadata.name={name}",
-                transform=_trim,
-            )
-
-            def changed(*_: dict[str, Any]) -> None:
-                self._notify(namespace, name)
-
-            informer.add_handler(EventHandler(on_add=changed, on_update=changed, on_delete=changed))
-            watched = self._watched[key] = _Watched(informer=informer)
-            informer.start()
-        return watched
-
-    def _notify(self, namespace: str, name: str) -> None:
-        for listener in self._listeners:
-            try:
-                listener(namespace, name)
-            except Exception:
-                log.exception("listener for Secret %s/%s failed", namespace, name)

@@ -22,7 +22,7 @@ from agentforge.kube.informer import Informer
 
 
 class CredentialsError(Exception):
-    """The credentials Secret is missing, unreadable or lacks a key.
+    """The credentials Secret is missing, unreadable, lacks a key, or is not shared.
 
     The message names the Secret and the fix; it never carries a secret value.
     """
@@ -31,8 +31,14 @@ class CredentialsError(Exception):
 class CredentialsSource(Protocol):
     """Turns a Secret reference into vSphere credentials (cached; no API call when warm)."""
 
-    async def get(self, *, namespace: str, name: str) -> vsphere.Credentials:
-        """Raise `CredentialsError` when the Secret is missing or incomplete."""
+    async def get(
+        self, *, namespace: str, name: str, for_namespace: str, max_age: float | None = None
+    ) -> vsphere.Credentials:
+        """The credentials in Secret `namespace/name` for a pool in `for_namespace`.
+
+        Raise `CredentialsError` when the Secret is missing or incomplete, or lies in
+        another namespace and is not shared with `for_namespace`. `max_age` (seconds):
+        re-read a copy older than that first (0: a read that starts now)."""
         ...
 
 

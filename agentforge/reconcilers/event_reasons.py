@@ -34,6 +34,7 @@ class InfraEvent(StrEnum):
     """Events about a pool's vSphere access and ISO cache."""
 
     CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
+    CREDENTIALS_NOT_SHARED = "CredentialsNotShared"
     VSPHERE_UNAVAILABLE = "VsphereUnavailable"
     INFRA_ENV_NOT_FOUND = "InfraEnvNotFound"
     ISO_URL_MISSING = "ISOURLMissing"

@@ -20,11 +20,18 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
 * **Bad input** (InfraEnv missing, no ISO URL yet, the URL answering 4xx, a Secret
   without a key) sets the condition, records a Warning event naming the object and
   the fix, and changes nothing in vSphere.
+* **Credentials** come from `deps.credentials` (`secret_source`): a copy at most the
+  refresh interval old, read anew when the pool's generation changed or a failed
+  preflight is due again (a rotated password must not wait for the interval). A
+  Secret in another namespace that is not shared with the pool's namespace gives
+  `CredentialsNotShared` with one text whatever the cause (`credentials.not_shared`);
+  its event and log line are recorded when the condition first says so, not on each
+  reconcile, so not even their count follows that Secret's changes.
 
 Status is written once per reconcile, only when it changed. Watches: pools (spec,
 force-refresh annotation, deletion), InfraEnvs (-> pools naming them), and changes
 of credentials Secrets (-> pools naming them) when the credentials source reports
-them.
+them; the source re-reads only the Secrets some pool names (`set_in_use`).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers import indexes, infra_iso, pool_specs
 from agentforge.reconcilers import preflight as gate
+from agentforge.reconcilers.credentials import CredentialsNotShared, SecretUnreadable
 from agentforge.reconcilers.deps import CredentialsError, Deps
 from agentforge.reconcilers.event_reasons import InfraEvent
 
@@ -67,9 +75,12 @@ rbac.needs(kinds.EVENT, "create", "patch", why="events about ISO caching and vSp
 
 @runtime_checkable
 class Notifying(Protocol):
-    """A credentials source that reports changed Secrets (`credentials.SecretCredentials`)."""
+    """A credentials source that reports changed Secrets and re-reads those in use
+    (`secret_source.SecretCredentials`)."""
 
     def subscribe(self, listener: Callable[[str, str], None]) -> None: ...
+
+    def set_in_use(self, in_use: Callable[[str, str], bool]) -> None: ...
 
 
 class InfraReconciler:
@@ -83,12 +94,14 @@ class InfraReconciler:
             limits=iso_limits,
         )
         self.gate = gate.PreflightGate()
+        self._generations: dict[str, int] = {}  # the pool generation credentials were read for
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._pools.get_by_key(key)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self.gate.forget(key)
             self._iso.forget(key)
+            self._generations.pop(key, None)
             return None
         pool = VsphereAgentPool.model_validate(obj)
         now = self._deps.now()
@@ -116,24 +129,48 @@ class InfraReconciler:
         self, pool: VsphereAgentPool, *, key: str, outcome: infra_iso.Outcome
     ) -> vsphere.VsphereService | None:
         ref = pool.spec.vsphere.credentials_secret_ref
+        generation = pool.metadata.generation
+        seen = self._generations.get(key)
+        fresh = (seen is not None and seen != generation) or self.gate.retry_due(
+            key, now=self._deps.now()
+        )
         try:
             credentials = await self._deps.credentials.get(
-                namespace=pool.credentials_secret_namespace(), name=ref.name
+                namespace=pool.credentials_secret_namespace(),
+                name=ref.name,
+                for_namespace=pool.metadata.namespace,
+                max_age=0.0 if fresh else None,
             )
         except CredentialsError as exc:
+            self._generations[key] = generation
             self.gate.forget(key)
-            message = str(exc)
-            outcome.condition(
-                PoolConditionType.VSPHERE_READY,
-                ok=False,
-                reason=PoolReason.CREDENTIALS_UNAVAILABLE,
-                message=message,
-            )
-            outcome.event(EventType.WARNING, InfraEvent.CREDENTIALS_UNAVAILABLE, message)
-            # A changed Secret is reported by watch; only an unreadable one is retried.
-            outcome.retry = type(exc) is not CredentialsError
+            self._refused(pool, exc, outcome=outcome)
+            # A changed Secret is reported by the source; only an unreadable one is retried.
+            outcome.retry = isinstance(exc, SecretUnreadable)
             return None
+        self._generations[key] = generation
         return vsphere.VsphereService(registry=self._deps.vsphere, credentials=credentials)
+
+    def _refused(
+        self, pool: VsphereAgentPool, exc: CredentialsError, *, outcome: infra_iso.Outcome
+    ) -> None:
+        message = str(exc)
+        if not isinstance(exc, CredentialsNotShared):
+            reason, event = PoolReason.CREDENTIALS_UNAVAILABLE, InfraEvent.CREDENTIALS_UNAVAILABLE
+            outcome.condition(
+                PoolConditionType.VSPHERE_READY, ok=False, reason=reason, message=message
+            )
+            outcome.event(EventType.WARNING, event, message)
+            return
+        reason = PoolReason.CREDENTIALS_NOT_SHARED
+        outcome.condition(PoolConditionType.VSPHERE_READY, ok=False, reason=reason, message=message)
+        shown = next(
+            (c for c in pool.status.conditions if c.type == PoolConditionType.VSPHERE_READY), None
+        )
+        if shown is not None and (shown.reason, shown.message) == (reason, message):
+            return  # said already: no event whose count would follow the other Secret
+        log.info("VsphereAgentPool %s/%s: %s", pool.metadata.namespace, pool.metadata.name, message)
+        outcome.event(EventType.WARNING, InfraEvent.CREDENTIALS_NOT_SHARED, message)
 
     async def _preflight(
         self,
@@ -278,5 +315,9 @@ def controller(
             ):
                 built.enqueue(key)
 
+        def secret_in_use(namespace: str, name: str) -> bool:
+            return bool(pools.by_index(pool_specs.INDEX_POOLS_BY_SECRET, f"{namespace}/{name}"))
+
         deps.credentials.subscribe(secret_changed)
+        deps.credentials.set_in_use(secret_in_use)
     return built

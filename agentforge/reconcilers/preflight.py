@@ -90,6 +90,11 @@ class PreflightGate:
         self._seen[key] = _Seen(inputs=inputs, ok=False, failures=failures, retry_at=retry_at)
         return retry_at
 
+    def retry_due(self, key: str, *, now: datetime) -> bool:
+        """The last preflight of `key` failed and its backoff has passed."""
+        seen = self._seen.get(key)
+        return seen is not None and not seen.ok and (seen.retry_at is None or now >= seen.retry_at)
+
     def healthy(self, key: str) -> bool:
         """The last preflight of `key` succeeded (False when none ran)."""
         seen = self._seen.get(key)

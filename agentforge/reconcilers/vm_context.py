@@ -71,6 +71,7 @@ class VmContext:
             credentials = await self.deps.credentials.get(
                 namespace=self.pool.credentials_secret_namespace(),
                 name=self.pool.spec.vsphere.credentials_secret_ref.name,
+                for_namespace=self.pool.metadata.namespace,
             )
             self._service = vsphere.VsphereService(
                 registry=self.deps.vsphere, credentials=credentials

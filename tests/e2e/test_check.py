@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agentforge.api import kinds, names
 from sim.controlplane import ControlPlane
 from sim.paths import REPO_ROOT
 from sim.world import World, samples
@@ -193,6 +194,48 @@ async def test_each_bad_input_fails_with_a_line_naming_it_in_one_run(
     assert set(failed(report, "bad-dsc")) == {"vsphere"}
     assert "set spec.vsphere.datastoreCluster" in json.dumps(items_of(report, "bad-dsc"))
     assert set(failed(report, "bad-net")) == {"vsphere"}
+    assert world.vcsim.password not in out + err
+
+
+async def test_a_secret_of_another_namespace_fails_until_it_lists_the_pools(
+    controlplane: ControlPlane, world: World, tmp_path: Path
+) -> None:
+    """The operator's namespace boundary, as the check reports it to a user who may read
+    the Secret: refused while unannotated, passed once it lists the pool's namespace."""
+    await prepare_good_world(world)
+    tenant = controlplane.create_namespace(f"{world.namespace[:50]}-tenant")
+    borrower = world.pool_manifest(
+        "borrower",
+        overrides={"vsphere": {"credentialsSecretRef": {"namespace": world.namespace}}},
+    )
+    borrower["metadata"]["namespace"] = tenant
+    manifest = write_manifests(tmp_path / "pool.yaml", borrower)
+    kubeconfig = controlplane.admin_kubeconfig
+    subject = f"Secret {world.namespace}/vsphere-credentials"
+
+    code, out, err = await run_check("-f", manifest, "--kubeconfig", kubeconfig, "-o", "json")
+    assert code == 1, out + err
+    report = json.loads(out)
+    (refusal,) = failed(report, "borrower")["secret"]
+    assert refusal.startswith(f"{subject}: in another namespace than the pool ({tenant})")
+    assert "CredentialsNotShared" in refusal
+    assert [i["status"] for i in items_of(report, "borrower") if i["check"] == "vsphere"] == [
+        "skip"
+    ]
+
+    await world.client.patch_merge(
+        kinds.SECRET,
+        namespace=world.namespace,
+        name="vsphere-credentials",
+        patch={"metadata": {"annotations": {names.ANNOTATION_ALLOWED_NAMESPACES: tenant}}},
+    )
+    code, out, err = await run_check("-f", manifest, "--kubeconfig", kubeconfig, "-o", "json")
+    report = json.loads(out)
+    secret_items = [i for i in items_of(report, "borrower") if i["check"] == "secret"]
+    assert [(i["status"], i["subject"]) for i in secret_items] == [("pass", subject)], out + err
+    assert secret_items[0]["message"].startswith(f"shared with namespace {tenant}")
+    vcenter = [i["status"] for i in items_of(report, "borrower") if i["check"] == "vsphere"]
+    assert vcenter == ["pass"]
     assert world.vcsim.password not in out + err
 
 

@@ -10,6 +10,11 @@
   in `RARELY_USED` with the reason it is still needed (the life cycle includes a
   Prometheus scrape, which the operator authorises with TokenReview and
   SubjectAccessReview).
+* Secrets: the operator's identity may `get` a Secret by name and can neither `list`
+  nor `watch` Secrets in any namespace (SubjectAccessReviews and real requests
+  with its token, `kube-system` and all namespaces included); a password changed in
+  the Secret reaches the running operator without a restart, by `get` alone
+  (docs/design/0004-secret-access.md).
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from agentforge.api import kinds, names
+from agentforge.kube import config as kube_config
+from agentforge.kube import errors as kube_errors
+from agentforge.kube.client import KubeClient, RetryPolicy
 from sim.controlplane import ControlPlane
 from sim.operator import MetricsReader, OperatorProcess, operator_identity
 from sim.world import Snapshot, World
@@ -65,15 +74,14 @@ def grants(roles: list[dict[str, Any]]) -> set[Grant]:
     return out
 
 
-def test_shipped_rbac_grants_no_wildcards_and_no_secret_reads_beyond_list_watch() -> None:
+def test_shipped_rbac_grants_no_wildcards_and_only_get_on_secrets() -> None:
     roles = [o for o in shipped_rbac() if o["kind"] in GRANT_SCOPED]
     for role in roles:
         for rule in role.get("rules", []):
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
     granted = grants(roles)
-    assert {v for v, r in granted if r == "secrets"} == {"list", "watch"}
-    assert not {v for v, r in granted if r == "secrets"} & {"create", "update", "patch", "delete"}
+    assert {v for v, r in granted if r == "secrets"} == {"get"}
 
 
 # --- what the operator wrote --------------------------------------------------------------
@@ -226,6 +234,104 @@ async def test_operator_is_bound_only_to_the_shipped_rbac(
         within=30,
         what="the operator's watches, counted under its ServiceAccount",
     )
+
+
+def _access_review(api: Any, *, verb: str, namespace: str) -> bool:
+    """May the operator's ServiceAccount do `verb` on Secrets in `namespace` ("" = all)?"""
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": operator_identity(),
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{names.DEPLOYMENT_NAMESPACE}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": verb,
+                "version": "v1",
+                "resource": "secrets",
+            },
+        },
+    }
+    answer = api.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", body).body
+    return bool(answer["status"].get("allowed"))
+
+
+async def test_the_operator_may_get_secrets_by_name_but_never_list_or_watch_them(
+    world: World, controlplane: ControlPlane, operator_kubeconfig: Path
+) -> None:
+    api = controlplane.direct_client()
+    namespaces = ("", "kube-system", "default", names.DEPLOYMENT_NAMESPACE, world.namespace)
+    answers = {
+        (verb, ns or "<all>"): _access_review(api, verb=verb, namespace=ns)
+        for verb in ("list", "watch", "get")
+        for ns in namespaces
+    }
+    assert {k for k, allowed in answers.items() if allowed} == {
+        ("get", ns or "<all>") for ns in namespaces
+    }, answers
+
+    # The same, asked with the operator's own token: the apiserver refuses the reads.
+    cfg = await kube_config.load_config(kubeconfig=operator_kubeconfig, environ={})
+    async with KubeClient(config=cfg, retry=RetryPolicy(attempts=1)) as operator_api:
+        for ns in ("kube-system", world.namespace, None):
+            with pytest.raises(kube_errors.Forbidden):
+                await operator_api.list(kinds.SECRET, namespace=ns)
+            with pytest.raises(kube_errors.Forbidden):
+                async with operator_api.watch(kinds.SECRET, namespace=ns, timeout_seconds=1):
+                    pass
+        await world.create_credentials()
+        found = await operator_api.get(
+            kinds.SECRET, namespace=world.namespace, name="vsphere-credentials"
+        )
+        assert found["metadata"]["name"] == "vsphere-credentials"
+        with pytest.raises(kube_errors.NotFound):  # allowed to ask: told it is not there
+            await operator_api.get(kinds.SECRET, namespace="kube-system", name="no-such-secret")
+
+
+async def test_a_fixed_password_reaches_the_running_operator_by_get_alone(
+    world: World, operator: OperatorHarness, controlplane: ControlPlane
+) -> None:
+    """Rotation without a restart and without a watch: a pool that starts with a
+    wrong password fails its login, then runs once the Secret holds the right one."""
+    await controlplane.proxy.reset_counts()  # this test's requests only, from here on
+    await world.create_infraenv()
+    await world.create_credentials()
+    await world.client.patch_merge(
+        kinds.SECRET,
+        namespace=world.namespace,
+        name="vsphere-credentials",
+        patch={"stringData": {"password": secrets.token_hex(16)}},
+    )
+    await world.create_pool(POOL, folder=f"e2e/{world.namespace}")
+    await eventually(
+        world.snapshot,
+        lambda s: pool_condition_is(s, POOL, "VsphereReady", "False", ("VsphereUnavailable",)),
+        within=60,
+        what="the failed vCenter login reported in VsphereReady",
+    )
+    assert operator.process is not None
+    pid = operator.process.pid
+    await world.client.patch_merge(
+        kinds.SECRET,
+        namespace=world.namespace,
+        name="vsphere-credentials",
+        patch={"stringData": {"password": world.vcsim.password}},
+    )
+    await eventually(
+        world.snapshot,
+        lambda s: pool_condition_is(s, POOL, "VsphereReady", "True", ("VsphereConnected",)),
+        within=90,  # the failed check's retry (30 s) or the refresh interval (1 min)
+        what="VsphereReady with the fixed password, without a restart",
+    )
+    assert operator.runs == 1
+    assert operator.process.pid == pid
+    assert operator.process.running()
+    rows = await controlplane.proxy.count_rows(operator_identity())
+    assert {r.verb for r in rows if r.resource == "secrets"} == {"get"}
 
 
 RESTRICTED_SA = "agent-forge-restricted"

@@ -31,8 +31,8 @@ from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers import ejection, infra, pool, scaleup, vm
-from agentforge.reconcilers.credentials import SecretCredentials
 from agentforge.reconcilers.deps import CredentialsError, CredentialsSource, Deps
+from agentforge.reconcilers.secret_source import SecretCredentials
 from sim.controlplane.controlplane import ControlPlane
 
 IDENTITY = "agent-forge-it"
@@ -54,7 +54,9 @@ JsonObj = dict[str, Any]
 class NoCredentials:
     """The controllers under test never reach vSphere; any attempt is a test failure."""
 
-    async def get(self, *, namespace: str, name: str) -> vsphere.Credentials:
+    async def get(
+        self, *, namespace: str, name: str, for_namespace: str, max_age: float | None = None
+    ) -> vsphere.Credentials:
         raise CredentialsError(f"no vSphere in this test (asked for {namespace}/{name})")
 
 

@@ -38,8 +38,8 @@ from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers import ejection as eject
 from agentforge.reconcilers import infra, naming, vm
-from agentforge.reconcilers.credentials import SecretCredentials
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.secret_source import SecretCredentials
 from sim.vcsim.launcher import Vcsim
 
 FAST = vsphere.SessionOptions(
@@ -49,6 +49,7 @@ CACHED = (kinds.VSPHERE_AGENT_POOL, kinds.VSPHERE_AGENT, kinds.AGENT, kinds.INFR
 SECRET = "vc-creds"
 INFRA_ENV = "infra"
 DEADLINE = 30.0
+REFRESH_S = 1.0
 ISO_DS = "iso-ds"
 MUTATING = (
     "CreateVM_Task",
@@ -121,7 +122,8 @@ class World:
             )
             for kind in CACHED
         }
-        self.credentials = SecretCredentials(client=kube)
+        # Re-read every second (the default is a minute) so a fixed Secret shows quickly.
+        self.credentials = SecretCredentials(client=kube, refresh_interval=REFRESH_S)
         self.deps = Deps(
             client=kube,
             informers=self.informers,
@@ -197,7 +199,9 @@ class World:
 
     # --- Kubernetes objects -------------------------------------------------------------
 
-    async def create_secret(self, *, name: str = SECRET, **override: str | None) -> None:
+    async def create_secret(
+        self, *, name: str = SECRET, namespace: str | None = None, **override: str | None
+    ) -> None:
         values: dict[str, str | None] = {
             "server": self.vcsim.server,
             "username": self.vcsim.username,
@@ -211,7 +215,7 @@ class World:
         await self.kube.create(
             kinds.SECRET,
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data},
-            namespace=self.namespace,
+            namespace=namespace or self.namespace,
         )
 
     async def create_infra_env(self, *, url: str | None = None, name: str = INFRA_ENV) -> None:

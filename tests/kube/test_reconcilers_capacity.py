@@ -191,8 +191,8 @@ async def whole(
             vsphere_controllers=True,
             registry=world.registry,  # its session is up before the test body
         ) as op:
-            # the credentials' Secret informer, too, is the fixture's, not the test's
-            await op.deps.credentials.get(namespace=namespace, name=SECRET)
+            # the credentials' first read and refresh task, too, are the fixture's
+            await op.deps.credentials.get(namespace=namespace, name=SECRET, for_namespace=namespace)
             yield Whole(world=world, cpns=cpns, op=op)
 
 

@@ -346,7 +346,7 @@ async def test_a_secret_missing_a_key_is_reported_and_vsphere_is_not_called(
         counted = await vcsim_control.counters()
         assert counted.get("methods", {}) == {}
         assert counted.get("logins", 0) == 0
-        # Fixing the Secret is noticed by watch: the pool becomes ready without a poll.
+        # Fixing the Secret is noticed by its periodic re-read (every second in this world).
         await world.kube.patch_merge(
             kinds.SECRET,
             namespace=world.namespace,

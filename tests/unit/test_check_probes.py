@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agentforge import check_probes, check_rbac
+from agentforge import check_probes, check_rbac, check_secret
 from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check_render import Status
@@ -182,7 +182,7 @@ def test_credential_errors_split_into_problem_and_fix(
 ) -> None:
     with pytest.raises(CredentialsError) as raised:
         parse_credentials(namespace="ns", name="creds", data={k: b64(v) for k, v in data.items()})
-    message, fix = check_probes._problem_and_fix(
+    message, fix = check_secret._problem_and_fix(
         str(raised.value), prefix="vSphere credentials Secret ns/creds"
     )
     assert message == problem
@@ -226,7 +226,7 @@ async def test_the_operators_serviceaccount_is_reviewed_when_the_caller_may() ->
     sa = f"{names.DEPLOYMENT_NAMESPACE}:{names.SERVICE_ACCOUNT}"
     assert f"--serviceaccount={sa}" in by_subject["team-a"].fix
     assert by_subject["vault"].status is Status.PASS
-    assert by_subject["vault"].message == "all 2 permissions granted"  # secrets list, watch
+    assert by_subject["vault"].message == "all 1 permission granted"  # secrets: get
     (leader,) = [i for i in items if "leader election" in i.subject]
     assert leader.subject.endswith(f"in namespace {names.DEPLOYMENT_NAMESPACE}")
     reviews = [b for b in api.bodies if b["kind"] == "SubjectAccessReview"]
@@ -337,15 +337,75 @@ async def test_infraenv_without_image_created_warns_and_still_gives_the_url() ->
 async def test_secret_keys_are_named_values_never_and_insecure_warns() -> None:
     data = {"server": "vc.example:443", "username": "u", "password": "hunter2", "insecure": "true"}
     kube = FakeKube(obj("Secret", "creds", data={k: b64(v) for k, v in data.items()}))
-    items, credentials = await check_probes.secret(kube, pool())  # type: ignore[arg-type]
+    items, credentials = await check_secret.secret(kube, pool())  # type: ignore[arg-type]
     assert credentials is not None
     assert [i.status for i in items] == [Status.PASS, Status.WARN]
     assert items[0].message == "keys server, username, password, insecure; vCenter vc.example:443"
     assert all("hunter2" not in i.message + i.fix for i in items)
-    items, credentials = await check_probes.secret(FakeKube(), pool())  # type: ignore[arg-type]
+    items, credentials = await check_secret.secret(FakeKube(), pool())  # type: ignore[arg-type]
     assert (items[0].status, items[0].message, credentials) == (Status.FAIL, "not found", None)
     skipped = await check_probes.vsphere_preflight(None, pool(), None)  # type: ignore[arg-type]
     assert [i.status for i in skipped] == [Status.SKIP]
+
+
+class ForbiddenKube(FakeKube):
+    async def get(self, kind: Any, *, namespace: str | None = None, name: str) -> dict[str, Any]:
+        raise kube_errors.Forbidden(status=403, reason="Forbidden", message="forbidden")
+
+
+def vault_secret(annotation: str | None, **keys: str) -> dict[str, Any]:
+    data = {"server": "vc.example", "username": "u", "password": "hunter2", **keys}
+    found = obj("Secret", "creds", "vault", data={k: b64(v) for k, v in data.items() if v})
+    if annotation is not None:
+        found["metadata"]["annotations"] = {names.ANNOTATION_ALLOWED_NAMESPACES: annotation}
+    return found
+
+
+async def test_a_secret_in_another_namespace_must_list_the_pools_namespace() -> None:
+    kube = FakeKube(vault_secret(None))
+    items, credentials = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    assert credentials is None
+    (item,) = items
+    assert item.status is Status.FAIL
+    assert "does not list team-a: the operator refuses it" in item.message
+    assert "CredentialsNotShared" in item.message
+    assert "whoever manages namespace vault" in item.fix
+    assert f"{names.ANNOTATION_ALLOWED_NAMESPACES}=<names already listed>,team-a" in item.fix
+
+    kube = FakeKube(vault_secret("team-b, team-a"))
+    items, credentials = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    assert credentials is not None
+    assert [i.status for i in items] == [Status.PASS]
+    assert items[0].message.startswith("shared with namespace team-a")
+
+
+async def test_a_wildcard_is_no_namespace_and_is_flagged() -> None:
+    kube = FakeKube(vault_secret("*"))
+    items, credentials = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    assert credentials is None
+    assert [i.status for i in items] == [Status.WARN, Status.FAIL]
+    assert "'*'" in items[0].message
+    assert "no wildcard" in items[0].message
+
+
+async def test_once_shared_a_missing_key_is_named() -> None:
+    kube = FakeKube(vault_secret("team-a", password=""))
+    items, _ = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    assert [(i.status, i.message) for i in items] == [
+        (Status.FAIL, "has no key 'password' (or it is empty)")
+    ]
+
+
+async def test_another_namespaces_secret_the_caller_may_not_read_is_unverifiable() -> None:
+    items, credentials = await check_secret.secret(ForbiddenKube(), pool(secret_ns="vault"))  # type: ignore[arg-type]
+    assert credentials is None
+    assert items[0].status is Status.FAIL
+    assert items[0].message.startswith("you may not read it")
+    assert "ask whoever manages namespace vault" in items[0].fix
+    items, _ = await check_secret.secret(FakeKube(), pool(secret_ns="vault"))  # type: ignore[arg-type]
+    assert items[0].message.startswith("not found (and a Secret in another namespace")
+    own, _ = await check_secret.secret(ForbiddenKube(), pool())  # type: ignore[arg-type]
+    assert own[0].message.startswith("could not be read")
 
 
 def agent_machine(name: str, nodepool: str, *, waiting: bool) -> dict[str, Any]:

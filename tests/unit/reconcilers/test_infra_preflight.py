@@ -67,3 +67,13 @@ def test_the_credentials_fingerprint_changes_with_the_password_and_hides_it() ->
         vsphere.Credentials(server="vc", username="u", password="pw-1")
     )
     assert "pw-1" not in fingerprint(one)
+
+
+def test_retry_due_says_when_a_failed_preflight_may_run_again() -> None:
+    gate = PreflightGate(initial_backoff=timedelta(seconds=30))
+    assert not gate.retry_due("ns/p", now=NOW)  # never ran
+    gate.record("ns/p", A, ok=True, now=NOW)
+    assert not gate.retry_due("ns/p", now=NOW + timedelta(days=1))  # a success stands
+    gate.record("ns/p", A, ok=False, now=NOW)
+    assert not gate.retry_due("ns/p", now=NOW + timedelta(seconds=29))
+    assert gate.retry_due("ns/p", now=NOW + timedelta(seconds=30))
