@@ -35,6 +35,9 @@ class InfraEvent(StrEnum):
 
     CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
     VSPHERE_UNAVAILABLE = "VsphereUnavailable"
+    LOGIN_FAILED = "LoginFailed"
+    LOGIN_DEFERRED = "LoginDeferred"
+    VCENTER_UNREACHABLE = "VcenterUnreachable"
     INFRA_ENV_NOT_FOUND = "InfraEnvNotFound"
     ISO_URL_MISSING = "ISOURLMissing"
     ISO_CACHE_FAILED = "ISOCacheFailed"
