@@ -12,7 +12,10 @@ What one operator process promises:
   leader. With `--leader-elect=false` they run at once.
 * SIGTERM / SIGINT: stop handing out work, let reconciles in flight finish (at most
   `DRAIN_TIMEOUT`), release the Lease so a standby takes over at its next retry,
-  stop informers and servers, close the clients, exit 0.
+  stop informers and servers, close the clients (vCenter logouts bounded), exit 0.
+  Whatever vCenter does, the process is gone within `shutdown.SHUTDOWN_TIMEOUT_S`
+  of the signal: worker threads still blocked on a vCenter socket are not waited
+  for, and a deadline armed at the signal ends the process if a step hangs.
 * Losing the Lease (renewal failed for the renew deadline) cancels reconciles at
   once, does not touch the Lease, and exits 1 so the pod restarts as a standby; a
   crashed informer or controller also exits 1. A configuration that cannot be
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Info
 
-from agentforge import __version__, observability, secure_metrics, vsphere
+from agentforge import __version__, observability, secure_metrics, shutdown, vsphere
 from agentforge.api import kinds, rbac
 from agentforge.api import trim as api_trim
 from agentforge.kube import config as kube_config
@@ -115,9 +118,36 @@ CONTROLLERS: tuple[ControllerFactory, ...] = (reconcilers,)
 
 
 def main(settings: Settings, *, controllers: Sequence[ControllerFactory] = CONTROLLERS) -> int:
-    """Configure logging and run the operator until it stops; return the exit code."""
+    """Configure logging and run the operator until it stops; return the exit code
+    (without waiting for threads still blocked on a vCenter socket)."""
     observability.configure_logging(level=settings.log_level, fmt=settings.log_format)
-    return asyncio.run(run(settings, controllers=controllers))
+    return shutdown.leave(asyncio.run(run(settings, controllers=controllers)))
+
+
+def vsphere_options(settings: Settings) -> vsphere.SessionOptions:
+    """The session tunables the flags set (timeouts in seconds)."""
+    call_timeout = settings.vsphere_call_timeout.total_seconds()
+    return vsphere.SessionOptions(
+        max_workers=settings.vsphere_max_workers,
+        calls_per_second=settings.vsphere_qps,
+        burst=settings.vsphere_burst,
+        connect_timeout_seconds=settings.vsphere_connect_timeout.total_seconds(),
+        login_timeout_seconds=settings.vsphere_login_timeout.total_seconds(),
+        http_timeout_seconds=call_timeout,
+        idle_close_seconds=settings.vsphere_session_idle_timeout.total_seconds(),
+        # the task waiter's long poll must end well before a request times out
+        wait_max_seconds=max(1, min(60, int(call_timeout / 2))),
+    )
+
+
+def login_policy(settings: Settings) -> vsphere.LoginPolicy:
+    """The lockout protection the flags set."""
+    return vsphere.LoginPolicy(
+        backoff_seconds=settings.vsphere_login_backoff.total_seconds(),
+        backoff_max_seconds=settings.vsphere_login_backoff_max.total_seconds(),
+        max_failed_logins=settings.vsphere_max_failed_logins,
+        window_seconds=settings.vsphere_failed_login_window.total_seconds(),
+    )
 
 
 def cache_transform(kind: kinds.Kind) -> kube_trim.Transform:
@@ -148,9 +178,10 @@ async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = 
     """The whole life of the process; returns the exit code (see module doc)."""
     BUILD_INFO.info({"version": __version__})
     stop = asyncio.Event()
+    deadline = shutdown.Deadline()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, _on_signal, signum, stop)
+        loop.add_signal_handler(signum, _on_signal, signum, stop, deadline)
     try:
         cluster = await kube_config.load_config(kubeconfig=settings.kubeconfig)
     except kube_config.ConfigError as exc:
@@ -176,6 +207,7 @@ async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = 
                 stack=stack,
             )
     finally:
+        deadline.arm()  # whatever ended the run: the rest of the exit is bounded too
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     log.info("shut down", extra={"exit_code": code})
@@ -236,11 +268,7 @@ async def _start(
         )
         elector = _elector(settings, lease_client)
     sessions = vsphere.SessionRegistry(
-        options=vsphere.SessionOptions(
-            max_workers=settings.vsphere_max_workers,
-            calls_per_second=settings.vsphere_qps,
-            burst=settings.vsphere_burst,
-        )
+        options=vsphere_options(settings), policy=login_policy(settings)
     )
     stack.push_async_callback(sessions.close)
     credentials = SecretCredentials(
@@ -260,12 +288,13 @@ async def _start(
     )
 
 
-def _on_signal(signum: int, stop: asyncio.Event) -> None:
+def _on_signal(signum: int, stop: asyncio.Event, deadline: shutdown.Deadline) -> None:
     name = signal.Signals(signum).name
     if stop.is_set():
         log.warning("received %s while shutting down; still draining", name)
         return
-    log.info("received %s, shutting down", name)
+    log.info("received %s, shutting down", name, extra={"deadline_s": shutdown.SHUTDOWN_TIMEOUT_S})
+    deadline.arm()
     stop.set()
 
 

@@ -10,6 +10,7 @@ AgentMachines and pools belong to a NodePool, `pool_specs.placement` +
 
 from __future__ import annotations
 
+import math
 import ssl
 from collections import Counter
 from typing import Final
@@ -40,7 +41,11 @@ __all__ = [
 ]
 
 SESSION_OPTIONS: Final = vsphere.SessionOptions(
-    max_workers=4, keepalive_seconds=3600.0, http_timeout_seconds=30.0, retry_attempts=2
+    max_workers=4,
+    keepalive_seconds=3600.0,
+    http_timeout_seconds=30.0,
+    retry_attempts=2,
+    login_wait_seconds=math.inf,  # a one-shot check waits for its (bounded) login
 )
 ISO_TIMEOUT: Final = aiohttp.ClientTimeout(total=20.0, sock_connect=10.0)
 

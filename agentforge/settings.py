@@ -182,6 +182,14 @@ class Settings(BaseModel):
     vsphere_qps: float = Field(default=50.0, gt=0, le=10_000)
     vsphere_burst: int = Field(default=100, ge=1, le=100_000)
     credentials_refresh_interval: Duration = timedelta(minutes=1)
+    vsphere_connect_timeout: Duration = timedelta(seconds=10)
+    vsphere_login_timeout: Duration = timedelta(seconds=30)
+    vsphere_call_timeout: Duration = timedelta(minutes=2)
+    vsphere_login_backoff: Duration = timedelta(minutes=5)
+    vsphere_login_backoff_max: Duration = timedelta(minutes=30)
+    vsphere_max_failed_logins: int = Field(default=2, ge=1, le=100)
+    vsphere_failed_login_window: Duration = timedelta(minutes=3)
+    vsphere_session_idle_timeout: Duration = timedelta(minutes=30)
     log_level: Annotated[LogLevel, BeforeValidator(_lower_level)] = LogLevel.INFO
     log_format: Annotated[LogFormat, BeforeValidator(_lower)] = LogFormat.JSON
 
@@ -214,7 +222,18 @@ class Settings(BaseModel):
             raise ValueError(f"{value!r} is not a Lease name (DNS-1123 subdomain)")
         return value
 
-    @field_validator("lease_duration", "renew_deadline", "retry_period")
+    @field_validator(
+        "lease_duration",
+        "renew_deadline",
+        "retry_period",
+        "vsphere_connect_timeout",
+        "vsphere_login_timeout",
+        "vsphere_call_timeout",
+        "vsphere_login_backoff",
+        "vsphere_login_backoff_max",
+        "vsphere_failed_login_window",
+        "vsphere_session_idle_timeout",
+    )
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
@@ -279,6 +298,19 @@ class Settings(BaseModel):
                 "retry_period",
                 f"the retry period x {JITTER_FACTOR} ({_fmt(self.retry_period * JITTER_FACTOR)})"
                 f" must be shorter than the renew deadline ({_fmt(self.renew_deadline)})",
+            )
+        if self.vsphere_connect_timeout > self.vsphere_login_timeout:
+            raise _CrossFieldError(
+                "vsphere_connect_timeout",
+                f"the vSphere connect timeout ({_fmt(self.vsphere_connect_timeout)}) must not "
+                f"exceed the login timeout ({_fmt(self.vsphere_login_timeout)}), which bounds "
+                "a whole login including its connection",
+            )
+        if self.vsphere_login_backoff > self.vsphere_login_backoff_max:
+            raise _CrossFieldError(
+                "vsphere_login_backoff_max",
+                f"the longest login backoff ({_fmt(self.vsphere_login_backoff_max)}) must not "
+                f"be shorter than the first ({_fmt(self.vsphere_login_backoff)})",
             )
         return self
 
@@ -453,6 +485,67 @@ OPTIONS: tuple[Option, ...] = (
         "how old a copy of a vSphere credentials Secret may get before it is read again: "
         "one GET per Secret in use per interval (default 1m)",
         "use a duration from 1s to 24h such as 1m",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_connect_timeout",
+        "--vsphere-connect-timeout",
+        "longest wait for a TCP connection and TLS handshake with a vCenter (default 10s)",
+        "use a duration such as 10s, not longer than --vsphere-login-timeout",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_login_timeout",
+        "--vsphere-login-timeout",
+        "longest a whole vCenter login may take before the vCenter counts as unreachable "
+        "(default 30s)",
+        "use a duration such as 30s",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_call_timeout",
+        "--vsphere-call-timeout",
+        "longest one vCenter request may go unanswered (default 2m)",
+        "use a duration such as 2m",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_login_backoff",
+        "--vsphere-login-backoff",
+        "wait after vCenter refused a login before the same credentials are tried again, "
+        "doubling per refusal (default 5m)",
+        "use a duration such as 5m",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_login_backoff_max",
+        "--vsphere-login-backoff-max",
+        "longest wait between logins with refused credentials (default 30m)",
+        "use a duration such as 30m, not shorter than --vsphere-login-backoff",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_max_failed_logins",
+        "--vsphere-max-failed-logins",
+        "failed logins allowed per vCenter user and --vsphere-failed-login-window, all "
+        "passwords together; keep it below the vCenter lockout threshold (default 2; "
+        "vCenter locks after 5)",
+        "use a whole number from 1 to 100, below vCenter's lockout threshold",
+        metavar="N",
+    ),
+    Option(
+        "vsphere_failed_login_window",
+        "--vsphere-failed-login-window",
+        "the window --vsphere-max-failed-logins counts in; at least vCenter's lockout "
+        "window (default 3m)",
+        "use a duration such as 3m",
+        metavar="DURATION",
+    ),
+    Option(
+        "vsphere_session_idle_timeout",
+        "--vsphere-session-idle-timeout",
+        "log out and close a vCenter session no pool used for this long (default 30m)",
+        "use a duration such as 30m",
         metavar="DURATION",
     ),
     Option(

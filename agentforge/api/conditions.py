@@ -67,6 +67,14 @@ class PoolReason(StrEnum):
     CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
     CREDENTIALS_NOT_SHARED = "CredentialsNotShared"
     VSPHERE_UNAVAILABLE = "VsphereUnavailable"
+    LOGIN_FAILED = "LoginFailed"
+    """vCenter refused the login (wrong user or password); the message says when the
+    next attempt is allowed (a changed Secret is tried at once)."""
+    LOGIN_DEFERRED = "LoginDeferred"
+    """Not tried: the account used its budget of failed logins for the lockout window;
+    the message says until when."""
+    VCENTER_UNREACHABLE = "VcenterUnreachable"
+    """vCenter did not answer within the connect/login timeout, or refused connections."""
     # ISOReady
     ISO_CACHED = "ISOCached"
     ISO_CACHE_FAILED = "ISOCacheFailed"

@@ -7,7 +7,13 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
   every placement object, all problems at once) plus credential problems. It runs
   only when the pool's generation or the credentials changed, or after a failure
   once its backoff has passed (`preflight.PreflightGate`): a healthy pool costs no
-  vSphere call.
+  vSphere call. When no session can be had for the pool's credentials the reason
+  says why: `LoginFailed` (vCenter refused them), `LoginDeferred` (the account's
+  budget of failed logins is used up) or `VcenterUnreachable`, each with a Warning
+  event and the time of the next attempt, which is when the pool looks again. A
+  login still running (`vsphere.LoginPending`) is no failure: the reconcile returns
+  and the pool is reconciled again when the login ends (`login_waits`); so is every
+  pool using the same credentials when a login with them fails.
 * **ISO cache**: re-checked when `iso_cache.check_due` says so; otherwise the key is
   requeued for exactly the moment `checkInterval` ends. A check streams the
   InfraEnv's image into `<isoDatastore>/<prefix>/<sha256>.iso` (conditional GET with
@@ -55,6 +61,7 @@ from agentforge.reconcilers import preflight as gate
 from agentforge.reconcilers.credentials import CredentialsNotShared, SecretUnreadable
 from agentforge.reconcilers.deps import CredentialsError, Deps
 from agentforge.reconcilers.event_reasons import InfraEvent
+from agentforge.reconcilers.login_waits import LoginWaits
 
 __all__ = ["CONTROLLER_NAME", "InfraReconciler", "controller"]
 
@@ -95,6 +102,7 @@ class InfraReconciler:
         )
         self.gate = gate.PreflightGate()
         self._generations: dict[str, int] = {}  # the pool generation credentials were read for
+        self.waits = LoginWaits(deps.vsphere, on_failure=self.gate.forget)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._pools.get_by_key(key)
@@ -102,20 +110,28 @@ class InfraReconciler:
             self.gate.forget(key)
             self._iso.forget(key)
             self._generations.pop(key, None)
+            self.waits.track(key, None)
             return None
         pool = VsphereAgentPool.model_validate(obj)
         now = self._deps.now()
         outcome = infra_iso.Outcome()
+        pending: vsphere.LoginPending | None = None
         service = await self._service(pool, key=key, outcome=outcome)
+        self.waits.track(key, service.credentials.key if service is not None else None)
         if service is not None:
-            await self._preflight(pool, key=key, service=service, outcome=outcome, now=now)
-            if self.gate.healthy(key):  # else VsphereReady says what to fix; no futile tries
-                await infra_iso.check_iso(
-                    pool, inputs=self._iso, service=service, outcome=outcome, now=now
-                )
+            try:
+                await self._preflight(pool, key=key, service=service, outcome=outcome, now=now)
+                if self.gate.healthy(key):  # else VsphereReady says what to fix
+                    await infra_iso.check_iso(
+                        pool, inputs=self._iso, service=service, outcome=outcome, now=now
+                    )
+            except vsphere.LoginPending as exc:  # reconciled again when the login ends
+                pending = exc
         await self._write(pool, outcome, now=now)
         for type_, reason, message in outcome.events:
             await self._deps.events.record(obj, type=type_, reason=reason, message=message)
+        if pending is not None:
+            return self.waits.wait(pending, key)
         if outcome.retry:
             return Result(requeue=True)
         if outcome.wake_at:
@@ -191,6 +207,18 @@ class InfraReconciler:
             return
         where = pool_specs.placement(pool)
         try:
+            await service.session()
+        except vsphere.SessionUnavailable as exc:
+            retry_at = self.gate.record(key, inputs, ok=False, now=now, retry_at=exc.retry_at)
+            reason, event = _login_reason(exc)
+            outcome.condition(
+                PoolConditionType.VSPHERE_READY, ok=False, reason=reason, message=str(exc)
+            )
+            outcome.event(EventType.WARNING, event, str(exc))
+            if retry_at is not None:
+                outcome.wake_at.append(retry_at)
+            return
+        try:
             problems = await service.preflight(placement=where)
         except vsphere.VsphereError as exc:
             problems = [vsphere.Problem(subject="vCenter", message=str(exc), fix="retried")]
@@ -265,6 +293,16 @@ class InfraReconciler:
         )
 
 
+def _login_reason(exc: vsphere.SessionUnavailable) -> tuple[PoolReason, InfraEvent]:
+    if isinstance(exc, vsphere.LoginFailed):
+        return PoolReason.LOGIN_FAILED, InfraEvent.LOGIN_FAILED
+    if isinstance(exc, vsphere.LoginDeferred):
+        return PoolReason.LOGIN_DEFERRED, InfraEvent.LOGIN_DEFERRED
+    if isinstance(exc, vsphere.VcenterUnreachable):
+        return PoolReason.VCENTER_UNREACHABLE, InfraEvent.VCENTER_UNREACHABLE
+    return PoolReason.VSPHERE_UNAVAILABLE, InfraEvent.VSPHERE_UNAVAILABLE
+
+
 def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
     """Only what the infra controller reads from a pool's own object triggers it."""
 
@@ -307,6 +345,7 @@ def controller(
         workers=deps.workers,
         rate_limiter=pool_specs.retry_limiter(base=retry_base),
     )
+    reconciler.waits.bind(built.enqueue)
     if isinstance(deps.credentials, Notifying):
 
         def secret_changed(namespace: str, name: str) -> None:

@@ -4,15 +4,17 @@ A preflight logs in and resolves every placement object of a pool: a few vCenter
 calls. Run on every reconcile it would make the steady state cost vSphere traffic
 proportional to pool status churn; never run again it would miss a fixed password.
 So the gate remembers, per pool, what the last preflight saw: the pool's generation
-and a fingerprint of the credentials (a sha256 over every field, kept in memory
-only, never written anywhere). It runs again when either changed, and after a
-failure once its backoff (30 s doubling to 10 min) has passed; a success stands
-until an input changes. A restart forgets everything: one preflight per pool.
+and a fingerprint of the credentials (the session key's keyed digest over every
+field, kept in memory only, never written anywhere). It runs again when either
+changed, and after a failure once its backoff has passed: the time the session
+registry names for a refused or deferred login or an unreachable vCenter (so the
+pool asks again exactly when a login may be tried), else 30 s doubling to 10 min.
+A success stands until an input changes, or until `forget` (a login with the same
+credentials failed elsewhere). A restart forgets everything: one preflight per pool.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,18 +24,8 @@ __all__ = ["Decision", "Inputs", "PreflightGate", "fingerprint"]
 
 
 def fingerprint(credentials: vsphere.Credentials) -> str:
-    """A digest that changes when any credential field changes (not reversible)."""
-    digest = hashlib.sha256()
-    for part in (
-        credentials.server,
-        credentials.username,
-        credentials.password,
-        str(credentials.insecure),
-        credentials.ca_bundle_pem or "",
-    ):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    """A digest that changes when any credential field changes (keyed, not reversible)."""
+    return credentials.key.digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +70,24 @@ class PreflightGate:
             return Decision(run=True)
         return Decision(run=False, wake_at=seen.retry_at)
 
-    def record(self, key: str, inputs: Inputs, *, ok: bool, now: datetime) -> datetime | None:
-        """Remember an outcome; returns when a failed preflight may run again."""
+    def record(
+        self,
+        key: str,
+        inputs: Inputs,
+        *,
+        ok: bool,
+        now: datetime,
+        retry_at: datetime | None = None,
+    ) -> datetime | None:
+        """Remember an outcome; returns when a failed preflight may run again (`retry_at`
+        when given and in the future, else the gate's own backoff)."""
         if ok:
             self._seen[key] = _Seen(inputs=inputs, ok=True, failures=0, retry_at=None)
             return None
         previous = self._seen.get(key)
         failures = previous.failures + 1 if previous and previous.inputs == inputs else 1
-        delay = min(self._initial * (1 << min(failures - 1, 20)), self._max)
-        retry_at = now + delay
+        if retry_at is None or retry_at <= now:
+            retry_at = now + min(self._initial * (1 << min(failures - 1, 20)), self._max)
         self._seen[key] = _Seen(inputs=inputs, ok=False, failures=failures, retry_at=retry_at)
         return retry_at
 

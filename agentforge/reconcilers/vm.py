@@ -12,8 +12,11 @@ Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
 * then the ejection step, when one is wired (`ejection.Ejection`: resume a recorded
   ISO ejection, or start one for an installed worker of an opted-in pool).
 
-A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
-reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the
+A vCenter login that takes longer than a caller may wait (`vsphere.LoginPending`)
+ends the pass without a failure: what it learnt is written, and the key is
+reconciled again when the login ends (`login_waits`), so a black-holed vCenter holds
+no worker. A VsphereAgent whose VM is recorded costs no vSphere call and no write
+on later reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the
 pool's generation, UID, deletion or cached ISO path changed); Agents (-> the
 VsphereAgent whose `status.vm.agentRef` names them, and deleting VsphereAgents whose
 recorded VM identity is theirs: a bound Agent holds a deletion, and the ejection
@@ -31,6 +34,7 @@ import contextlib
 import logging
 from typing import Any, Final, Protocol
 
+from agentforge import vsphere
 from agentforge.api import kinds, names
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.pool import VsphereAgentPool
@@ -40,6 +44,7 @@ from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers import adopt, indexes, pool_specs, vm_create, vm_delete
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.login_waits import LoginWaits
 from agentforge.reconcilers.vm_context import VmContext
 
 __all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
@@ -79,6 +84,7 @@ class VmReconciler:
         self._ejection = ejection
         self._behind: dict[ObjectKey, frozenset[str]] = {}
         """Per key, the resourceVersions its last pass wrote over (read-your-writes)."""
+        self.waits = LoginWaits(deps.vsphere)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         raw = self._agents.get_by_key(key)
@@ -100,6 +106,10 @@ class VmReconciler:
         ctx = VmContext(deps=self._deps, raw=raw, agent=agent, pool=pool, now=self._deps.now())
         try:
             result = await self._reconcile(ctx)
+        except vsphere.LoginPending as pending:  # back when the login ends; no failure
+            with contextlib.suppress(kerrors.KubeError):
+                await ctx.flush()
+            result = self.waits.wait(pending, key)
         except Exception:
             # what the pass learnt (a condition, a VM's identity) is still recorded
             with contextlib.suppress(kerrors.KubeError):
@@ -210,7 +220,7 @@ def controller(
             ]
         return pool_specs.keys_of(found)
 
-    return Controller(
+    built = Controller(
         name=CONTROLLER_NAME,
         reconcile=reconciler.reconcile,
         watches=[
@@ -225,3 +235,5 @@ def controller(
         workers=deps.workers,
         rate_limiter=pool_specs.retry_limiter(base=retry_base),
     )
+    reconciler.waits.bind(built.enqueue)
+    return built

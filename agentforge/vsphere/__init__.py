@@ -1,12 +1,13 @@
 """The operator's hands in vCenter: an async service over pyVmomi. Knows nothing of Kubernetes.
 
-Entry points: `SessionRegistry` (one shared login per vCenter+user, owned by the app),
+Entry points: `SessionRegistry` (one shared login per whole credential, guarded
+against lockouts and black holes, owned by the app),
 `VsphereService` (the narrow API the reconcilers call), and the frozen value types
 they exchange. Everything raises `errors.VsphereError` subclasses.
 """
 
 from agentforge.vsphere.cdrom import EjectOutcome, EjectState
-from agentforge.vsphere.credentials import Credentials, SessionKey
+from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.datastore import DatastoreFile, Location
 from agentforge.vsphere.errors import (
     AlreadyExists,
@@ -15,28 +16,38 @@ from agentforge.vsphere.errors import (
     InvalidSpec,
     InvalidState,
     IsoSourceError,
+    LoginDeferred,
+    LoginFailed,
+    LoginPending,
     MediaMismatch,
+    NetworkError,
     NotFound,
     OwnershipMismatch,
     PermissionDenied,
     QuestionRefused,
     SessionExpired,
+    SessionUnavailable,
     SizeLimitExceeded,
     TaskFailed,
     TransientError,
+    VcenterUnreachable,
     VsphereError,
 )
 from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
 from agentforge.vsphere.iso import IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
+from agentforge.vsphere.logins import LoginPolicy
 from agentforge.vsphere.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
 from agentforge.vsphere.provision import VmRequest
+from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry
 from agentforge.vsphere.service import VsphereService
-from agentforge.vsphere.session import Session, SessionOptions, SessionRegistry
+from agentforge.vsphere.session import Session, SessionOptions
 from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
 from agentforge.vsphere.task_facts import TaskFacts, TaskState
 
 __all__ = [
+    "WAIT_FOR_LOGIN",
+    "AccountKey",
     "AlreadyExists",
     "Cdrom",
     "Choice",
@@ -56,8 +67,13 @@ __all__ = [
     "IsoSource",
     "IsoSourceError",
     "Location",
+    "LoginDeferred",
+    "LoginFailed",
+    "LoginPending",
+    "LoginPolicy",
     "MediaMismatch",
     "MediumKind",
+    "NetworkError",
     "NicType",
     "NotFound",
     "OwnershipMarkers",
@@ -75,12 +91,14 @@ __all__ = [
     "SessionKey",
     "SessionOptions",
     "SessionRegistry",
+    "SessionUnavailable",
     "SizeLimitExceeded",
     "TaskFacts",
     "TaskFailed",
     "TaskState",
     "TransientError",
     "Validators",
+    "VcenterUnreachable",
     "Verdict",
     "VmFacts",
     "VmRequest",

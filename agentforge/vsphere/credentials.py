@@ -5,13 +5,29 @@
 without leaking. TLS is verified by default; `insecure=True` is an explicit opt-out,
 and a CA bundle (PEM text, e.g. from the credentials Secret) is trusted in addition
 to the system store when given.
+
+`SessionKey` says which callers may share one logged-in session: only those holding
+the *whole* same credential (vCenter, user, password and TLS settings). The password
+and the TLS settings enter the key as an HMAC-SHA256 digest under a random key made
+once per process, so the key can be compared, hashed and kept in memory without
+holding anything a reader could reverse or try passwords against; `str()` and
+`repr()` show the user, the vCenter and an 8-hex-digit prefix of the digest at most.
+`AccountKey` (vCenter and user, whatever the password) is what vCenter's SSO lockout
+counts failed logins by.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import ssl
 from dataclasses import dataclass, field
+from typing import Final
 from urllib.parse import urlsplit
+
+_DIGEST_KEY: Final = secrets.token_bytes(32)
+"""The HMAC key of `SessionKey.digest`: random per process, never stored or shown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,8 +35,8 @@ class Credentials:
     """A vCenter address and the user that logs in to it.
 
     `server` is a host name, `host:port`, or a URL (`https://vc.example/sdk`); only the
-    host and port are used. The password is excluded from `repr` and from equality of
-    the session key (see `SessionKey`).
+    host and port are used. The password is excluded from `repr`; it enters the
+    session key only as a keyed digest (see `SessionKey`).
     """
 
     server: str
@@ -45,7 +61,23 @@ class Credentials:
 
     @property
     def key(self) -> SessionKey:
-        return SessionKey(netloc=self.netloc, username=self.username)
+        """Who may share a session with these credentials: the same whole credential."""
+        mac = hmac.new(_DIGEST_KEY, digestmod=hashlib.sha256)
+        for part in (
+            self.netloc,
+            self.username,
+            self.password,
+            "insecure" if self.insecure else "verify",
+            self.ca_bundle_pem or "",
+        ):
+            data = part.encode()
+            mac.update(len(data).to_bytes(8, "big"))
+            mac.update(data)
+        return SessionKey(netloc=self.netloc, username=self.username, digest=mac.hexdigest())
+
+    @property
+    def account(self) -> AccountKey:
+        return AccountKey(netloc=self.netloc, username=self.username)
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client context: verified against the system store plus `ca_bundle_pem`."""
@@ -66,14 +98,42 @@ class Credentials:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionKey:
-    """What makes two callers share one session: the same vCenter and the same user."""
+class AccountKey:
+    """A user at a vCenter, whatever the password: what SSO counts failed logins by."""
 
     netloc: str
     username: str
 
     def __str__(self) -> str:
         return f"{self.username}@{self.netloc}"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """What makes two callers share one session: the same whole credential.
+
+    `digest` is an HMAC-SHA256 (per-process random key) over vCenter, user, password
+    and TLS settings; only its first 8 hex digits (`tag`) are ever shown.
+    """
+
+    netloc: str
+    username: str
+    digest: str = field(repr=False)
+
+    @property
+    def account(self) -> AccountKey:
+        return AccountKey(netloc=self.netloc, username=self.username)
+
+    @property
+    def tag(self) -> str:
+        """A short, non-reversible name that tells credentials of one user apart."""
+        return self.digest[:8]
+
+    def __str__(self) -> str:
+        return f"{self.username}@{self.netloc}"
+
+    def __repr__(self) -> str:
+        return f"SessionKey({self.username}@{self.netloc} #{self.tag})"
 
 
 def _split(server: str) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+from datetime import datetime
 from typing import Any
 
 from agentforge.vsphere.vmomi import vim, vmodl
@@ -36,6 +37,13 @@ class SessionExpired(TransientError):
     """vCenter answered NotAuthenticated: the session must be re-established."""
 
 
+class NetworkError(TransientError):
+    """The connection to vCenter failed or a request went unanswered past its timeout.
+
+    It opens the vCenter's circuit breaker: calls fail fast (`VcenterUnreachable`)
+    for a cooldown instead of each waiting for its own timeout."""
+
+
 class ConnectionFailed(VsphereError):
     """vCenter could not be reached or its certificate is not trusted (permanent)."""
 
@@ -55,6 +63,56 @@ class CreationInFlight(VsphereError):
 
 class PermissionDenied(VsphereError):
     """Wrong credentials or a missing privilege."""
+
+
+class SessionUnavailable(VsphereError):
+    """No session can be had for these credentials now; nothing was sent to vCenter
+    beyond the failed login this reports (if any).
+
+    `retry_at` (UTC) is when the next login may be attempted; None means "when the
+    credentials change". Subclasses say why; the base class covers the rest (an
+    untrusted certificate, a refusal other than a wrong password)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str = "",
+        fault: str = "",
+        retry_at: datetime | None = None,
+    ) -> None:
+        super().__init__(message, subject=subject, fault=fault)
+        self.retry_at = retry_at
+
+    def again(self) -> SessionUnavailable:
+        """A fresh copy to raise once more (a stored error keeps no old traceback)."""
+        return type(self)(str(self), subject=self.subject, fault=self.fault, retry_at=self.retry_at)
+
+
+class LoginFailed(SessionUnavailable, PermissionDenied):
+    """vCenter refused the login (`InvalidLogin`: wrong user or password). Retried only
+    after a backoff, or at once when the credentials change."""
+
+
+class LoginDeferred(SessionUnavailable):
+    """Not attempted: the vCenter account has used its budget of failed logins for the
+    lockout window, and one more might lock it for every user of that account."""
+
+
+class VcenterUnreachable(SessionUnavailable):
+    """vCenter did not answer (connection refused, timed out, black-holed): its calls
+    fail fast until the cooldown ends."""
+
+
+class LoginPending(Exception):
+    """A login for these credentials is in flight and takes longer than a caller may
+    wait. Not a `VsphereError`: nothing failed, so nothing should be reported as a
+    failure; the caller comes back when the login ends (`SessionRegistry.subscribe`).
+    """
+
+    def __init__(self, message: str, *, key: Any) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class InvalidSpec(VsphereError):
@@ -200,9 +258,9 @@ def classify(exc: BaseException, *, subject: str, action: str) -> VsphereError:
             return make(NotFound)
         return make(VsphereError)
     if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout, socket.gaierror)):
-        return make(TransientError, "vCenter did not answer; retried")
+        return make(NetworkError, "vCenter did not answer")
     if isinstance(exc, OSError):
-        return make(TransientError)
+        return make(NetworkError)
     if isinstance(exc, vmodl.MethodFault):
         return make(TaskFailed)
     return make(VsphereError)

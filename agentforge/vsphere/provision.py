@@ -10,8 +10,12 @@ Promises:
 - the datastore comes from `StorageResourceManager.RecommendDatastores` for the
   pool's datastore cluster; the recommendation is applied by pinning the VM's files
   and disk to the recommended datastore (as `govc vm.create -datastore-cluster` does);
-- a VM left half-built by a failed step (tags, power on) is removed, and only if it
-  carries our markers.
+- a VM left half-built by a step that vCenter refused (tags, power on: a fault it
+  answered with) is removed, and only if it carries our markers. Nothing is removed
+  when the outcome is unknown or the create was merely interrupted: a cancellation
+  (a lost Lease, a shutdown), a timeout, a vCenter that stopped answering, a login
+  that could not be had. The half-built VM then stays, found by the next attempt (or
+  the next leader) through the creation checkpoint and converged.
 """
 
 from __future__ import annotations
@@ -92,8 +96,9 @@ async def _create(
         return await _adopt_existing(session, request)
     try:
         await _finish(session, ref, request)
-    except BaseException:
-        await _remove_half_built(session, ref, request.markers)
+    except errors.VsphereError as exc:
+        if refused_by_vcenter(exc):
+            await _remove_half_built(session, ref, request.markers)
         raise
     got = (await vms.fetch(session, [ref])).get(ref._moId)
     if got is None:
@@ -101,6 +106,11 @@ async def _create(
     if got.bios_uuid:
         session.cache[("vm", got.bios_uuid)] = ref
     return got
+
+
+def refused_by_vcenter(exc: errors.VsphereError) -> bool:
+    """vCenter answered the step with a fault (not: no answer, no session, retry later)."""
+    return not isinstance(exc, errors.TransientError | errors.SessionUnavailable)
 
 
 async def _recommend(

@@ -1,9 +1,11 @@
 """`VsphereService`: the narrow async interface the reconcilers use (CAPV's services).
 
 Every method takes keyword arguments and returns frozen dataclasses (facts) or
-raises a typed `errors.VsphereError`. The service holds credentials and borrows the
-shared session for them from a `SessionRegistry` (one login per vCenter+user for the
-whole process), so constructing services per pool is cheap.
+raises a typed `errors.VsphereError` (`errors.SessionUnavailable` when no session can
+be had for the credentials now, `errors.LoginPending` while a login runs on). The
+service holds credentials and borrows the shared session for exactly those
+credentials from a `SessionRegistry` (one login per whole credential for the whole
+process), so constructing services per pool is cheap.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from agentforge.vsphere import placement as placements
 from agentforge.vsphere.credentials import Credentials
 from agentforge.vsphere.markers import OwnershipMarkers
 from agentforge.vsphere.placement import Placement, Problem
-from agentforge.vsphere.session import Session, SessionRegistry
+from agentforge.vsphere.registry import SessionRegistry
+from agentforge.vsphere.session import Session
 
 
 class VsphereService:
@@ -29,24 +32,13 @@ class VsphereService:
     # --- checks -------------------------------------------------------------------
 
     async def preflight(self, *, placement: Placement) -> list[Problem]:
-        """Every problem with credentials, connectivity and placement, in one go."""
-        where = f"vCenter {self.credentials.netloc}"
+        """Every problem with credentials, connectivity and placement, in one go.
+
+        `errors.LoginPending` (a login still running) is raised, not reported."""
         try:
             session = await self.session()
-        except errors.PermissionDenied as exc:
-            return [
-                placement_problem(
-                    where, exc, "check username and password in the credentials Secret"
-                )
-            ]
-        except errors.ConnectionFailed as exc:
-            return [
-                placement_problem(where, exc, "add the vCenter CA bundle to the credentials Secret")
-            ]
         except errors.VsphereError as exc:
-            return [
-                placement_problem(where, exc, "check the server address and network access to it")
-            ]
+            return [login_problem(self.credentials.netloc, exc)]
         _, problems = await placements.inspect(session, placement)
         return problems
 
@@ -188,3 +180,19 @@ class VsphereService:
 
 def placement_problem(subject: str, exc: errors.VsphereError, fix: str) -> Problem:
     return Problem(subject=subject, message=str(exc), fix=fix)
+
+
+def login_problem(netloc: str, exc: errors.VsphereError) -> Problem:
+    """Why no session could be had, with the fix that applies."""
+    where = f"vCenter {netloc}"
+    if isinstance(exc, errors.LoginDeferred):
+        fix = "wait until then; check every credentials Secret that names this user"
+    elif isinstance(exc, errors.PermissionDenied):
+        fix = "check username and password in the credentials Secret"
+    elif isinstance(exc, errors.VcenterUnreachable):
+        fix = "check the server address and network access to it"
+    elif isinstance(exc, errors.ConnectionFailed) or exc.fault == "SSLCertVerificationError":
+        fix = "add the vCenter CA bundle to the credentials Secret"
+    else:
+        fix = "check the server address and network access to it"
+    return placement_problem(where, exc, fix)

@@ -1,14 +1,23 @@
-"""One logged-in vCenter connection per vCenter+user, shared by every caller.
+"""One logged-in vCenter connection for one whole credential, shared by its callers.
 
 Promises:
+- a session belongs to exactly one `SessionKey` (vCenter, user, password, TLS
+  settings); its credentials never change, and it logs in only when its
+  `SessionRegistry` tells it to (`login`), which guards every login against lockouts
+  and black holes (`logins.LoginGuard`);
 - every blocking pyVmomi call runs in a bounded `ThreadPoolExecutor`, after taking a
-  token from the vCenter's `TokenBucket`;
+  token from the vCenter's `TokenBucket`; every connection has a connect and a read
+  timeout (`connection`), so no thread waits on vCenter without bound;
 - transient faults are retried with tenacity (jittered exponential backoff);
-  permanent ones surface as typed `errors.VsphereError`s;
-- on `NotAuthenticated` the session logs in again *once per expiry*: concurrent
-  callers that saw the same expired generation share one re-login;
+  permanent ones surface as typed `errors.VsphereError`s; a connection that failed
+  or timed out opens the vCenter's circuit breaker, and calls to that vCenter fail
+  fast (`VcenterUnreachable`) until its cooldown ends;
+- on `NotAuthenticated` the session asks its registry to log in again *once per
+  expiry* (concurrent callers that saw the same expired generation share it);
 - while no call has been made for `keepalive_seconds`, a cheap `CurrentTime` keeps
-  the session from idling out;
+  the session from idling out; once nobody has used it for `idle_close_seconds` (the
+  keep-alive does not count), it is handed back to the registry, which logs it out
+  and closes it;
 - credentials never appear in messages or logs.
 
 The untyped pyVmomi surface stays here and in the modules that build specs; the rest
@@ -30,16 +39,18 @@ from typing import Any, TypeVar, cast
 import aiohttp
 import tenacity
 
-from agentforge.vsphere import errors
+from agentforge.vsphere import connection, errors
 from agentforge.vsphere.credentials import Credentials, SessionKey
+from agentforge.vsphere.logins import LoginGuard
 from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.tasks import TaskWaiter
-from agentforge.vsphere.vmomi import smart_stub_adapter, vim
+from agentforge.vsphere.vmomi import vim
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SOAP_COOKIE = "vmware_soap_session"
+LOGOUT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,30 +61,56 @@ class SessionOptions:
     calls_per_second: float = 50.0
     burst: int = 100
     keepalive_seconds: float = 600.0
+    idle_close_seconds: float = 1800.0
+    """Log out and close a session nobody used for this long (the keep-alive aside)."""
+    connect_timeout_seconds: float = 10.0
+    """TCP connect plus TLS handshake, for every connection to vCenter."""
+    login_timeout_seconds: float = 30.0
+    """A whole login: version discovery, service content, `Login`."""
+    login_wait_seconds: float = 2.0
+    """How long a caller waits for a login in flight before `errors.LoginPending`."""
     http_timeout_seconds: float = 120.0
+    """The call timeout: the longest one request may go unanswered (reads)."""
     retry_attempts: int = 5
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 5.0
     wait_max_seconds: int = 60
 
 
+Relogin = Callable[["Session", int], Awaitable[None]]
+Retire = Callable[["Session"], Awaitable[bool]]
+
+
 class Session:
     """A shared pyVmomi connection; obtain one from `SessionRegistry.session()`."""
 
     def __init__(
-        self, *, credentials: Credentials, options: SessionOptions, bucket: TokenBucket
+        self,
+        *,
+        credentials: Credentials,
+        options: SessionOptions,
+        bucket: TokenBucket,
+        guard: LoginGuard,
+        relogin: Relogin,
+        retire: Retire,
     ) -> None:
         self.credentials = credentials
+        self.key: SessionKey = credentials.key
         self.options = options
         self._bucket = bucket
+        self._guard = guard
+        self._relogin = relogin
+        self._retire = retire
         self._executor = ThreadPoolExecutor(
             max_workers=options.max_workers, thread_name_prefix=f"vsphere-{credentials.host}"
         )
         self._si: Any = None
         self._content: Any = None
         self._generation = 0
-        self._login_lock = asyncio.Lock()
-        self._last_call = time.monotonic()
+        self._expired_generation = -1
+        self._logged_in = False
+        self._last_call = self._last_use = time.monotonic()
+        self._calls_in_flight = 0
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = False
         self.logins = 0
@@ -85,13 +122,18 @@ class Session:
     # --- identity ---------------------------------------------------------------
 
     @property
-    def key(self) -> SessionKey:
-        return self.credentials.key
-
-    @property
     def generation(self) -> int:
         """Bumped on every successful login; objects tied to a login compare it."""
         return self._generation
+
+    @property
+    def usable(self) -> bool:
+        """Logged in, not known to have expired, not closed."""
+        return self._logged_in and not self._closed and self._expired_generation != self._generation
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def content(self) -> Any:
@@ -122,43 +164,69 @@ class Session:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(
                     total=None,
-                    sock_connect=self.options.http_timeout_seconds,
+                    sock_connect=self.options.connect_timeout_seconds,
                     sock_read=self.options.http_timeout_seconds,
                 ),
             )
         return self._http
 
-    def update_credentials(self, credentials: Credentials) -> None:
-        """Rotated password: the next login uses the new one."""
-        if credentials.key != self.key:
-            raise ValueError("credentials of another vCenter or user")
-        self.credentials = credentials
+    # --- lifecycle (driven by the registry) ------------------------------------------
 
-    # --- lifecycle --------------------------------------------------------------
+    async def login(self) -> None:
+        """Log in (again): a fresh vCenter session on this connection. Raises the
+        classified error; the registry bounds it and decides whether it may run."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._login_blocking)
+        except Exception as exc:  # noqa: BLE001 - classified and re-raised
+            raise errors.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
+        self._generation += 1
+        self._logged_in = True
+        self.logins += 1
+        self._last_call = time.monotonic()
+        log.info(
+            "logged in to vCenter %s (credentials #%s, login %d)",
+            self.key,
+            self.key.tag,
+            self.logins,
+        )
+        if self._keepalive is None and not self._closed:
+            self._keepalive = asyncio.create_task(
+                self._keepalive_loop(), name=f"keepalive {self.key}"
+            )
+            self.waiter.start()
 
-    async def start(self) -> None:
-        await self._login(seen=self._generation)
-        self._keepalive = asyncio.create_task(self._keepalive_loop(), name=f"keepalive {self.key}")
-        self.waiter.start()
+    def used(self) -> None:
+        """Someone is about to use the session (it is not idle)."""
+        self._last_use = time.monotonic()
 
     async def close(self) -> None:
+        """Log out (bounded) and release the connection, its threads and tasks."""
         if self._closed:
             return
         self._closed = True
-        if self._keepalive is not None:
-            self._keepalive.cancel()
+        keepalive = self._keepalive
+        if keepalive is not None and keepalive is not asyncio.current_task():
+            keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
+                await keepalive
         await self.waiter.close()
         if self._http is not None:
             await self._http.close()
-        if self._content is not None:
+        if self._logged_in and self._content is not None:
             loop = asyncio.get_running_loop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     loop.run_in_executor(self._executor, self._content.sessionManager.Logout),
-                    timeout=10,
+                    timeout=LOGOUT_TIMEOUT_S,
                 )
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def abandon(self) -> None:
+        """Close without logging out or waiting (a bounded shutdown ran out of time)."""
+        self._closed = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # --- calls ------------------------------------------------------------------
@@ -182,21 +250,37 @@ class Session:
                 return await self.call_once(fn, subject=subject, action=action)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def call_once(self, fn: Callable[[], T], *, subject: str, action: str) -> T:
-        """One attempt: rate-limited, in the pool; re-logs in (once) on expiry."""
+    async def call_once(
+        self, fn: Callable[[], T], *, subject: str, action: str, idle: bool = False
+    ) -> T:
+        """One attempt: rate-limited, in the pool; re-logs in (once) on expiry.
+
+        `idle=True` (the keep-alive) does not count as using the session."""
         if self._closed:
             raise errors.VsphereError(f"session {self.key} is closed", subject=str(self.key))
+        self._guard.check_reachable(self.key.netloc)  # fail fast while the breaker is open
+        if not self.usable:
+            await self._relogin(self, self._generation)
         seen = self._generation
         await self._bucket.acquire()
         loop = asyncio.get_running_loop()
         self._last_call = time.monotonic()
+        if not idle:
+            self._last_use = self._last_call
+        self._calls_in_flight += 1
         try:
-            return await loop.run_in_executor(self._executor, fn)
+            result = await loop.run_in_executor(self._executor, fn)
         except Exception as exc:
             err = errors.classify(exc, subject=subject, action=action)
-            if isinstance(err, errors.SessionExpired):
-                await self._login(seen=seen)
+            if isinstance(err, errors.NetworkError):
+                self._guard.unreachable(self.key.netloc, err)
+            elif isinstance(err, errors.SessionExpired):
+                await self.relogin(seen=seen)
             raise err from exc
+        finally:
+            self._calls_in_flight -= 1
+        self._guard.reachable(self.key.netloc)
+        return result
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:
         """Run a blocking helper (no vCenter call) in the pool, without rate limiting."""
@@ -228,43 +312,35 @@ class Session:
 
     async def throttle(self) -> None:
         """Take a token for a non-SOAP request (HTTP file access, vAPI)."""
+        self._guard.check_reachable(self.key.netloc)
         await self._bucket.acquire()
-        self._last_call = time.monotonic()
+        self._last_call = self._last_use = time.monotonic()
 
     def touch(self) -> None:
         """Record activity that did not go through `call` (long polls, HTTP transfers)."""
-        self._last_call = time.monotonic()
+        self._last_call = self._last_use = time.monotonic()
 
     async def relogin(self, *, seen: int) -> None:
-        """Log in again unless another caller already did since generation `seen`."""
-        await self._login(seen=seen)
+        """Log in again unless another caller already did since generation `seen`.
+
+        The registry runs the login (guarded: backoff, lockout budget, breaker); it
+        raises `SessionUnavailable` or `LoginPending` when it cannot be had now."""
+        if self._generation == seen:
+            self._expired_generation = seen
+        await self._relogin(self, seen)
 
     # --- internals --------------------------------------------------------------
-
-    async def _login(self, *, seen: int) -> None:
-        async with self._login_lock:
-            if self._generation != seen:
-                return
-            loop = asyncio.get_running_loop()
-            try:
-                await loop.run_in_executor(self._executor, self._login_blocking)
-            except Exception as exc:  # noqa: BLE001 - classified and re-raised
-                err = errors.classify(exc, subject=f"vCenter {self.key}", action="log in to")
-                raise err from None
-            self._generation += 1
-            self.logins += 1
-            self._last_call = time.monotonic()
-            log.info("logged in to vCenter %s (login %d)", self.key, self.logins)
 
     def _login_blocking(self) -> None:
         creds = self.credentials
         if self._si is None:
-            stub = smart_stub_adapter(
+            stub = connection.open_stub(
                 host=creds.host,
                 port=creds.port,
-                sslContext=creds.ssl_context(),
-                poolSize=self.options.max_workers + 2,
-                httpConnectionTimeout=self.options.http_timeout_seconds,
+                context=creds.ssl_context(),
+                connect_timeout=self.options.connect_timeout_seconds,
+                read_timeout=self.options.http_timeout_seconds,
+                pool_size=self.options.max_workers + 2,
             )
             si = vim.ServiceInstance("ServiceInstance", stub)
             content = si.RetrieveContent()
@@ -273,60 +349,40 @@ class Session:
             self._si._stub.cookie = ""  # start a fresh session, never resurrect the old one
         self._content.sessionManager.Login(userName=creds.username, password=creds.password)
 
+    def _busy(self) -> bool:
+        return self._calls_in_flight > 0 or self.waiter.busy
+
     async def _keepalive_loop(self) -> None:
-        interval = self.options.keepalive_seconds
-        while True:
-            idle = time.monotonic() - self._last_call
-            if idle < interval:
-                await asyncio.sleep(interval - idle)
+        opts = self.options
+        while not self._closed:
+            now = time.monotonic()
+            unused = now - self._last_use
+            if unused >= opts.idle_close_seconds and not self._busy():
+                log.info(
+                    "closing vCenter session %s (credentials #%s): unused for %.0fs",
+                    self.key,
+                    self.key.tag,
+                    unused,
+                )
+                if await self._retire(self):
+                    return
+                self._last_use = time.monotonic()  # a login runs on it: look again later
                 continue
-            try:
-                await self.ping()
-            except errors.VsphereError as exc:
-                log.warning("keep-alive of vCenter session %s failed: %s", self.key, exc)
-                self._last_call = time.monotonic()
-
-
-class SessionRegistry:
-    """Owns the sessions of the process: one per vCenter+user, one bucket per vCenter."""
-
-    def __init__(self, *, options: SessionOptions | None = None) -> None:
-        self.options = options or SessionOptions()
-        self._sessions: dict[SessionKey, Session] = {}
-        self._buckets: dict[str, TokenBucket] = {}
-        self._lock = asyncio.Lock()
-
-    async def session(self, credentials: Credentials) -> Session:
-        """The shared session for these credentials, logging in on first use."""
-        async with self._lock:
-            existing = self._sessions.get(credentials.key)
-            if existing is not None:
-                old = existing.credentials
-                if (old.insecure, old.ca_bundle_pem) == (
-                    credentials.insecure,
-                    credentials.ca_bundle_pem,
-                ):
-                    if old != credentials:
-                        existing.update_credentials(credentials)  # a rotated password
-                    return existing
-                del self._sessions[credentials.key]  # TLS trust changed: a new connection
-                await existing.close()
-            bucket = self._buckets.get(credentials.netloc)
-            if bucket is None:
-                bucket = TokenBucket(rate=self.options.calls_per_second, burst=self.options.burst)
-                self._buckets[credentials.netloc] = bucket
-            session = Session(credentials=credentials, options=self.options, bucket=bucket)
-            try:
-                await session.start()
-            except BaseException:
-                await session.close()
-                raise
-            self._sessions[credentials.key] = session
-            return session
-
-    async def close(self) -> None:
-        async with self._lock:
-            sessions = list(self._sessions.values())
-            self._sessions.clear()
-        for session in sessions:
-            await session.close()
+            quiet = now - self._last_call
+            if quiet >= opts.keepalive_seconds and self.usable:
+                try:
+                    await self.call_once(
+                        self._si.CurrentTime,
+                        subject=f"vCenter {self.key}",
+                        action="keep alive",
+                        idle=True,
+                    )
+                except (errors.VsphereError, errors.LoginPending) as exc:
+                    log.warning("keep-alive of vCenter session %s failed: %s", self.key, exc)
+                    self._last_call = time.monotonic()
+                continue
+            wake = min(
+                opts.keepalive_seconds - quiet if self.usable else opts.keepalive_seconds,
+                max(opts.idle_close_seconds - unused, 0.0),
+            )
+            await asyncio.sleep(max(wake, 0.05))

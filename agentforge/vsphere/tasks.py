@@ -81,6 +81,11 @@ class TaskWaiter:
 
     # --- public -----------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        """Something is being waited for (the session is in use)."""
+        return bool(self._watches)
+
     async def wait(self, task: Any, *, subject: str, action: str) -> Any:
         """Wait for a task; return `info.result`, raise the typed `info.error`."""
         values = await self._watch(task, _task_done, terminal=True)
@@ -349,6 +354,8 @@ class TaskWaiter:
     async def _relogin(self, generation: int) -> None:
         try:
             await self._session.relogin(seen=generation)
+        except errors.LoginPending:  # someone else's login runs on: poll again after it
+            await asyncio.sleep(self._session.options.retry_max_seconds)
         except errors.VsphereError as exc:
             for key in list(self._watches):  # the old session's view is gone with it
                 self._forget(key, exc)

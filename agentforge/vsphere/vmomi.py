@@ -2,7 +2,7 @@
 
 pyVmomi builds its types at run time; mypy sees them as untyped callables. Rather
 than sprinkle ignores over every module, the rest of the package imports `vim`,
-`vmodl` and `connect_stub` from here and exposes only frozen dataclasses upward.
+`vmodl` and the stub classes from here and exposes only frozen dataclasses upward.
 """
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ from typing import Any
 
 import pyVmomi
 from pyVim import connect as _connect
+from pyVmomi import SoapAdapter as _soap
+from pyVmomi import VmomiSupport as _support
 
 vim: Any = pyVmomi.vim
 vmodl: Any = pyVmomi.vmodl
 smart_stub_adapter: Any = _connect.SmartStubAdapter
+soap_stub_adapter: Any = _soap.SoapStubAdapter
+
+
+def vim25_versions() -> list[tuple[str, str]]:
+    """(pyVmomi version name, the id vCenter lists) for vim25, most preferred first."""
+    versions: Any = _support.GetServiceVersions
+    return [(v, str(_support.versionIdMap[v])) for v in versions("vim25")]

@@ -136,9 +136,7 @@ async def test_vcenter_password_appears_in_no_log_event_status_or_metric(
     await world.vcsim.control.end_sessions()
     await eventually(
         world.snapshot,
-        lambda s: pool_condition_is(
-            s, POOL, "VsphereReady", "False", ("VsphereUnavailable", "CredentialsUnavailable")
-        ),
+        lambda s: pool_condition_is(s, POOL, "VsphereReady", "False", ("LoginFailed",)),
         within=90,
         what="the failed vCenter login reported in VsphereReady",
     )

@@ -32,6 +32,7 @@ FAST = SessionOptions(
     retry_initial_seconds=0.01,
     retry_max_seconds=0.05,
     wait_max_seconds=10,
+    login_wait_seconds=30.0,  # a busy test machine never turns a login into LoginPending
 )
 
 

@@ -1,4 +1,5 @@
-"""Sessions: one verified login shared by all callers, re-established once per expiry."""
+"""Sessions: one verified login per whole credential shared by its callers, re-established
+once per expiry."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any
 import pytest
 
 from agentforge.vsphere import (
-    ConnectionFailed,
     Credentials,
+    LoginFailed,
     PermissionDenied,
     SessionOptions,
     SessionRegistry,
+    SessionUnavailable,
     VsphereService,
 )
 from tests.vcsim import support
@@ -58,7 +60,7 @@ async def test_the_vcenter_certificate_is_verified_against_the_ca_bundle(
     untrusting = dataclasses.replace(credentials, ca_bundle_pem=None)
     registry = SessionRegistry(options=FAST)
     try:
-        with pytest.raises(ConnectionFailed, match="not trusted"):
+        with pytest.raises(SessionUnavailable, match="not trusted"):
             await registry.session(untrusting)
     finally:
         await registry.close()
@@ -102,13 +104,18 @@ async def test_a_transient_fault_on_a_call_is_retried(vcsim: Any, service: Vsphe
     assert (await vcsim.control.counters())["faults_injected"] == 2
 
 
-async def test_a_rotated_password_reuses_the_session_and_is_used_for_the_next_login(
-    service: VsphereService, registry: SessionRegistry, credentials: Credentials
+async def test_another_password_never_uses_an_existing_session(
+    vcsim: Any, service: VsphereService, registry: SessionRegistry, credentials: Credentials
 ) -> None:
     first = await service.session()
+    logins = first.logins
     rotated = dataclasses.replace(credentials, password="rotated-password")
-    assert await registry.session(rotated) is first
-    assert first.credentials.password == "rotated-password"
+    with pytest.raises(LoginFailed):
+        await registry.session(rotated)
+    assert registry.live(rotated) is None
+    assert first.credentials.password == credentials.password  # never swapped in place
+    assert await registry.session(credentials) is first
+    assert first.logins == logins
 
 
 def test_session_options_defaults_are_production_values() -> None:

@@ -27,6 +27,7 @@ from agentforge.vsphere import (
     vms,
 )
 from agentforge.vsphere.vmomi import vim
+from sim.actors.waiting import eventually
 from tests.vcsim import support
 
 pytestmark = pytest.mark.vcsim
@@ -139,6 +140,36 @@ async def test_a_vm_half_built_by_a_failed_power_on_is_removed(
         await service.create_vm(request=support.request(placement, markers))
     assert await support.vm_names_in_folder(service, placement) == []
     assert (await vcsim.control.counters())["faults_injected"] == 1
+
+
+async def test_a_cancelled_create_leaves_the_half_built_vm_for_the_next_attempt(
+    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> None:
+    request = dataclasses.replace(support.request(placement, markers), bios_uuid=str(uuid.uuid4()))
+    await vcsim.control.set_delay("PowerOnVM_Task", 3000, stage="task")
+    mark = await vcsim.control.last_seq()
+    create = asyncio.create_task(service.create_vm(request=request))
+
+    async def powering_on() -> bool:
+        return "PowerOnVM_Task" in await _methods_since(vcsim, mark)
+
+    await eventually(powering_on, within=30, what="the create to power the VM on", interval=0.05)
+    create.cancel()  # a lost Lease or a shutdown, mid-way through the create
+    with pytest.raises(asyncio.CancelledError):
+        await create
+    found = await service.vm_by_uuid(datacenter="dc1", bios_uuid=request.bios_uuid or "")
+    assert found is not None, "the half-built VM is still there"
+    methods = await _methods_since(vcsim, mark)
+    assert "Destroy_Task" not in methods
+    assert "PowerOffVM_Task" not in methods
+    await vcsim.control.clear_delays()
+    resumed = await service.create_vm(request=request)  # the next leader, from the checkpoint
+    assert resumed.moid == found.moid
+    assert resumed.power_state is PowerState.ON
+
+
+async def _methods_since(vcsim: Any, mark: int) -> list[str]:
+    return [str(e.get("method") or e["path"]) for e in await vcsim.control.request_log(since=mark)]
 
 
 async def test_a_transient_task_failure_is_retried(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.kube import errors
 from agentforge.kube.informer import Informer
@@ -240,7 +241,7 @@ def harness(*objs: JsonObj) -> Harness:
         client=api,  # type: ignore[arg-type]
         informers=informers,
         events=events,  # type: ignore[arg-type]
-        vsphere=None,  # type: ignore[arg-type]
+        vsphere=vsphere.SessionRegistry(),  # never logs in: these reconcilers stay offline
         credentials=None,  # type: ignore[arg-type]
         now=lambda: NOW,
     )

@@ -42,7 +42,49 @@ def test_a_broken_ca_bundle_is_reported_without_credentials() -> None:
         ("[::1]:9443", "[::1]:9443"),
     ],
 )
-def test_server_spellings_share_one_session_key(server: str, netloc: str) -> None:
+def test_server_spellings_of_one_credential_share_one_session_key(server: str, netloc: str) -> None:
     creds = Credentials(server=server, username="u", password="p")
     assert creds.netloc == netloc
-    assert creds.key == Credentials(server=netloc, username="u", password="other").key
+    assert creds.key == Credentials(server=netloc, username="u", password="p").key
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        Credentials(server="vc.example", username="u", password="other"),
+        Credentials(server="vc.example", username="u", password="p", insecure=True),
+        Credentials(server="vc.example", username="u", password="p", ca_bundle_pem="PEM"),
+        Credentials(server="vc.example", username="v", password="p"),
+        Credentials(server="vc.example:8443", username="u", password="p"),
+    ],
+    ids=["password", "insecure", "ca-bundle", "user", "port"],
+)
+def test_credentials_differing_in_anything_never_share_a_session_key(other: Credentials) -> None:
+    mine = Credentials(server="vc.example", username="u", password="p")
+    assert mine.key != other.key
+    assert hash(mine.key) != hash(other.key)
+
+
+def test_the_same_user_with_another_password_is_the_same_account() -> None:
+    a = Credentials(server="vc.example", username="u", password="p")
+    b = Credentials(server="https://vc.example/sdk", username="u", password="q")
+    assert a.key != b.key
+    assert a.account == b.account == a.key.account
+
+
+def test_the_session_key_shows_neither_the_password_nor_its_whole_digest() -> None:
+    key = Credentials(server="vc.example", username="u", password="hunter2").key
+    for text in (str(key), repr(key), f"{key}", repr([key])):
+        assert "hunter2" not in text
+        assert key.digest not in text
+    assert key.tag in repr(key)
+    assert len(key.tag) == 8
+    assert key.digest.startswith(key.tag)
+
+
+def test_the_digest_is_keyed_not_a_plain_hash_of_the_password() -> None:
+    import hashlib  # noqa: PLC0415
+
+    key = Credentials(server="vc.example", username="u", password="hunter2").key
+    assert key.digest != hashlib.sha256(b"hunter2").hexdigest()
+    assert "hunter2" not in key.digest
