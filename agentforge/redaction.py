@@ -209,7 +209,7 @@ _PEM_KEY = re.compile(
 
 # `Authorization: Bearer x`, `"authorization": "Basic x"`, `X-Auth-Token: x`
 _HEADER = re.compile(
-    r"(?i)(?<![\w-])(?P<head>(?:proxy-)?authorization|vmware-api-session-id|x-auth-token"
+    r"(?i)(?<![\w./@:=~+-])(?P<head>(?:proxy-)?authorization|vmware-api-session-id|x-auth-token"
     r"|x-api-key|x-vault-token|private-token|x-amz-security-token)"
     r"(?P<sep>\\?[\"']?\s*[:=]\s*\\?[\"']?)"
     r"(?P<scheme>(?:bearer|basic|negotiate|token)\s+)?"
@@ -217,7 +217,7 @@ _HEADER = re.compile(
 )
 # `Cookie: vmware_soap_session="x"`: the first cookie's value (later ones go by name)
 _COOKIE = re.compile(
-    r"(?i)(?<![\w-])(?P<head>(?:set-)?cookie\\?[\"']?\s*[:=]\s*\\?[\"']?[^=;\s\"'\\]+=)"
+    r"(?i)(?<![\w./@:=~+-])(?P<head>(?:set-)?cookie\\?[\"']?\s*[:=]\s*\\?[\"']?[^=;\s\"'\\]+=)"
     r"(?P<value>(?!\[REDACTED\])(?:\\?\"[^\"\\]*\\?\"|[^;\s\"'\\]+))"
 )
 
@@ -243,7 +243,7 @@ _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+
 def _url_in_text(match: re.Match[str]) -> str:
     url = match.group(0)
     tail = ""
-    while url:
+    while url and not url.endswith(REDACTED):
         last = url[-1]
         opener = _CLOSERS.get(last)
         if last in _TRAILING or (opener is not None and url.count(opener) < url.count(last)):
@@ -296,12 +296,27 @@ def _bearer(match: re.Match[str]) -> str:
     return f"{match['scheme']} {REDACTED}"
 
 
+# Cheap tests on the lower-cased text that tell when a rule cannot match: most text
+# (every log line, every condition a reconcile sets) contains nothing to redact.
+_HEADER_HINTS = ("authorization", "session-id", "x-auth-token", "x-api-key", "-token")
+_KEY_HINT = re.compile(rf"{_SECRET_WORD}[\"']?\s*[:=]")
+
+
 def redact(text: str) -> str:
     """`text` with every credential replaced by `[REDACTED]` (rules: the module doc)."""
-    text = _PEM_KEY.sub(rf"\1{REDACTED}\3", text)
-    text = _URL_IN_TEXT.sub(_url_in_text, text)
-    text = _HEADER.sub(_header, text)
-    text = _COOKIE.sub(_cookie, text)
-    text = _KEY_VALUE.sub(_key_value, text)
-    text = _BEARER.sub(_bearer, text)
-    return _TOKEN_ANYWHERE.sub(REDACTED, text)
+    low = text.lower()
+    if "private key-----" in low:
+        text = _PEM_KEY.sub(rf"\1{REDACTED}\3", text)
+    if "eyJ" in text or "sha256~" in text:
+        text = _TOKEN_ANYWHERE.sub(REDACTED, text)
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(_url_in_text, text)
+    if any(hint in low for hint in _HEADER_HINTS):
+        text = _HEADER.sub(_header, text)
+    if "cookie" in low:
+        text = _COOKIE.sub(_cookie, text)
+    if _KEY_HINT.search(low):
+        text = _KEY_VALUE.sub(_key_value, text)
+    if "bearer" in low or "basic" in low:
+        text = _BEARER.sub(_bearer, text)
+    return text
