@@ -140,6 +140,7 @@ async def check_iso(
             else "it is retried with backoff"
         )
         message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
+        log.warning("pool %s/%s: %s", ns, pool.metadata.name, message)
         outcome.condition(
             PoolConditionType.ISO_READY,
             ok=False,
