@@ -14,7 +14,6 @@ import math
 import ssl
 from collections import Counter
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from pydantic import ValidationError
@@ -26,6 +25,7 @@ from agentforge.check_render import Item, Status
 from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
 from agentforge.reconcilers import indexes, pool_specs
+from agentforge.redaction import redact, redact_url
 
 __all__ = [
     "SESSION_OPTIONS",
@@ -138,26 +138,9 @@ async def infraenv(client: KubeClient, pool: VsphereAgentPool) -> tuple[Item, st
     return Item("infraenv", Status.PASS, subject, f"ImageCreated=True, ISO {redact_url(url)}"), url
 
 
-def redact_url(url: str) -> str:
-    """The URL without user info, query or fragment (the query carries the image API key)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port:
-            netloc += f":{parts.port}"
-    except ValueError:
-        return "<unparseable URL>"
-    hidden = "?…" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, "", "")) + hidden
-
-
 def _scrub(text: str, url: str) -> str:
-    parts = urlsplit(url)
-    for secret_part in (url, parts.query, parts.password or ""):
-        if secret_part:
-            text = text.replace(secret_part, "…")
-    return text
+    """An error text about `url` with the URL in its shown form and no credential."""
+    return redact(text.replace(url, redact_url(url)))
 
 
 def _size(response: aiohttp.ClientResponse) -> int | None:

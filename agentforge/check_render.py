@@ -9,7 +9,8 @@ checked at all (bad YAML, another kind, schema errors) is a list of `UsageError`
 and exit code 2.
 
 Nothing here reads credentials: the check code never puts a secret value into an
-item, so rendering cannot leak one.
+item, and an item's texts pass `agentforge.redaction.redact` when it is made (an
+API key in an ISO URL, a password quoted in an error), so rendering cannot leak one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Final
 
 from rich.console import Console
 from rich.text import Text
+
+from agentforge.redaction import redact
 
 __all__ = [
     "EXIT_FAIL",
@@ -68,6 +71,10 @@ class Item:
     subject: str
     message: str
     fix: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("subject", "message", "fix"):
+            object.__setattr__(self, name, redact(getattr(self, name)))
 
     def to_json(self) -> dict[str, str]:
         out = {

@@ -1,10 +1,13 @@
 """What the process tells the outside: logs, metrics and probes.
 
 * Logging: one handler on the root logger writing JSON lines (for collectors) or
-  text (for people). Every record passes a redaction filter first, so a bearer
-  token, an `Authorization` header or a `password=` that reaches a log message, an
-  `extra` value or a traceback is replaced by `[REDACTED]`; credentials never
-  leave the process through the logs, whoever logged them.
+  text (for people). Every record passes a redaction filter first, so a credential
+  (a bearer token, an `Authorization` header, a `password=` value, a URL's password
+  or API key, a JWT) that reaches a log message, an `extra` value or a traceback is
+  replaced by `[REDACTED]`, and the formatted line is redacted once more (nested
+  extras); credentials never leave the process through the logs, whoever logged
+  them. The rules, exact both ways (ordinary words are never redacted), are
+  `agentforge.redaction`'s; `redact` and `REDACTED` are re-exported here.
 * Metrics: Prometheus' default registry, so metrics declared at module level by
   the runtime (work queues, leader election) are served without wiring.
 * Probes: `/healthz` answers 200 while the process is alive and its event loop
@@ -27,7 +30,6 @@ import asyncio
 import datetime as dt
 import json
 import logging
-import re
 import ssl
 import sys
 from collections.abc import Callable, Iterable
@@ -38,10 +40,12 @@ from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
+from agentforge.redaction import REDACTED, redact
 from agentforge.settings import BindAddress, LogFormat, LogLevel
 
 __all__ = [
     "EVENT_LOOP_LAG",
+    "REDACTED",
     "ObservabilityServer",
     "Probes",
     "RedactingFilter",
@@ -59,30 +63,6 @@ EVENT_LOOP_LAG = Gauge(
 )
 
 # --- logging -----------------------------------------------------------------------
-
-REDACTED = "[REDACTED]"
-_SECRET_WORDS = r"password|passwd|token|secret|api[_-]?key|client[_-]?secret|credentials?"  # noqa: S105 (names, not a secret)
-_AUTHORIZATION = re.compile(
-    r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)((?:bearer|basic)\s+)?[^\s\"',;}]+"
-)
-_REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*"), rf"\1{REDACTED}"),
-    (
-        re.compile(rf"(?i)\b({_SECRET_WORDS})\b([\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}}]+"),
-        rf"\1\2{REDACTED}",
-    ),
-    # userinfo in URLs: https://user:secret@host
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@"), rf"\1{REDACTED}@"),
-)
-
-
-def redact(text: str) -> str:
-    """`text` with anything that looks like a credential replaced by `[REDACTED]`."""
-    text = _AUTHORIZATION.sub(lambda m: f"{m[1]}{m[2] or ''}{REDACTED}", text)
-    for pattern, replacement in _REDACTIONS:
-        text = pattern.sub(replacement, text)
-    return text
-
 
 _STANDARD_ATTRS = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys() | {"message", "asctime"}

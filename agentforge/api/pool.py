@@ -228,8 +228,9 @@ class ISOStatus(KubeModel):
     """The cached discovery ISO now inserted into new VMs."""
 
     url: str | None = None
-    """The InfraEnv's `status.isoDownloadURL` at the last check, without user info,
-    query or fragment."""
+    """The InfraEnv's `status.isoDownloadURL` at the last check, as shown: credentials
+    (the image service's key in the path or query, a password in user info) are
+    replaced by `[REDACTED]`; host, path and other parameters are kept."""
     path: str | None = None
     """The datastore path of the current ISO."""
     sha256: str | None = None
@@ -243,8 +244,8 @@ class ISOStatus(KubeModel):
     force_refresh_token: str | None = None
     """The last processed value of the force-iso-refresh annotation."""
     url_hash: str | None = None
-    """The sha256 of the whole download URL at the last check (`url` omits the query,
-    which changes when the image is regenerated)."""
+    """The sha256 (hex) of the whole download URL at the last check: how a change of
+    URL is detected, since `url` does not show its key."""
     validators: ISOSourceValidators | None = None
     """The source's HTTP validators at the last check (a re-check downloads nothing
     while they still match)."""

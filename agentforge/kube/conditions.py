@@ -7,6 +7,10 @@ Promises:
   says since when something has been true, not when we last looked.
 * `set_condition` returns whether anything changed, so a reconciler can skip the
   status write when nothing did (the write-only-if-changed rule).
+* Messages pass `agentforge.redaction.redact` (as log lines and Events do): a
+  credential that reached a message, such as an API key in a URL, never reaches
+  status; ordinary text is left as it is, so a message is compared and written
+  exactly as the reconciler built it.
 * Pure: the caller passes `now`; no clock is read here.
 """
 
@@ -16,6 +20,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+from agentforge import redaction
 
 __all__ = [
     "ConditionStatus",
@@ -70,7 +76,7 @@ def set_condition(
         "type": type,
         "status": str(value),
         "reason": reason,
-        "message": message,
+        "message": redaction.redact(message),
     }
     if observed_generation is not None:
         desired["observedGeneration"] = observed_generation

@@ -11,8 +11,9 @@ Promises (client-go `tools/record`, simplified):
   Dropped events are logged at debug level.
 * **Never raises** into the caller: recording is best effort; failures are logged.
   (`asyncio.CancelledError` still propagates: cancellation is not a failure.)
-* **Plain text**: messages are cut to 1 KiB and scrubbed of things that look like
-  credentials (bearer tokens, `password=`/`token=`/`secret=` values).
+* **Plain text**: messages are cut to 1 KiB and pass the same redaction as log lines
+  (`agentforge.redaction.redact`: URL passwords and API keys, bearer tokens,
+  `password=`/`token:` values, JWTs), which leaves ordinary words alone.
 
 `record` awaits the API write rather than spawning a task, so no background work
 outlives its caller.
@@ -24,7 +25,6 @@ import asyncio
 import collections
 import itertools
 import logging
-import re
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from agentforge import redaction
 from agentforge.api.kinds import EVENT, Kind
 from agentforge.kube import errors
 from agentforge.kube.ratelimit import Clock, TokenBucket
@@ -44,10 +45,6 @@ log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
 
 MAX_MESSAGE = 1024
-_SECRETS = (
-    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)\b(password|passwd|token|secret|api[-_]?key)(\s*[=:]\s*)\S+"),
-)
 
 
 class EventType(StrEnum):
@@ -74,9 +71,9 @@ class EventWriter(Protocol):
 
 
 def scrub(message: str) -> str:
-    """Cut to `MAX_MESSAGE` and mask credential-looking substrings."""
-    message = _SECRETS[0].sub(lambda m: f"{m.group(1)} [redacted]", message)
-    message = _SECRETS[1].sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", message)
+    """Credentials redacted, then cut to `MAX_MESSAGE` (redacted first: a cut must not
+    leave a credential's head that no rule recognises any more)."""
+    message = redaction.redact(message)
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     return message

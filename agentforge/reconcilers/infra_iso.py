@@ -8,6 +8,13 @@ Pruning runs after a check when the ISO changed or history is beyond retention, 
 also when a sweep for stale temporary uploads is due (`iso_cache.sweep_due`, from the
 time of this process's last sweep of the pool, kept in `IsoInputs.swept`): a killed
 upload leaves its `.upload-*.iso` behind whether or not anything else changes.
+
+The InfraEnv's URL carries the image service's key; it is shown only in its
+redacted form (`redaction.redact_url`, in `status.iso.url` and in every message,
+which `vsphere` builds from the same form), and conditions pass `redaction.redact`
+as built, so what is compared with status is what is written. A status an older
+version wrote with another form of the URL is corrected without a check
+(`iso_cache.shown_status`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from agentforge import vsphere
+from agentforge import redaction, vsphere
 from agentforge.api import views
 from agentforge.api.conditions import PoolConditionType, PoolReason
 from agentforge.api.pool import ISOStatus, VsphereAgentPool
@@ -52,7 +59,7 @@ class Outcome:
     def condition(
         self, type_: PoolConditionType, *, ok: bool, reason: PoolReason, message: str
     ) -> None:
-        self.conditions.append(Cond(type_, ok, reason, message))
+        self.conditions.append(Cond(type_, ok, reason, redaction.redact(message)))
 
     def event(self, type_: EventType, reason: InfraEvent, message: str) -> None:
         self.events.append((type_, reason, message))
@@ -111,6 +118,7 @@ async def check_iso(
         status, url=url, prefix=prefix, token=token, interval=interval, now=now
     )
     if due is None:
+        outcome.iso = iso_cache.shown_status(status, url=url)  # an older version's form
         wake = iso_cache.next_check_at(status, interval=interval)
         if wake is not None:
             outcome.wake_at.append(wake)
@@ -132,6 +140,7 @@ async def check_iso(
             else "it is retried with backoff"
         )
         message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
+        log.warning("pool %s/%s: %s", ns, pool.metadata.name, message)
         outcome.condition(
             PoolConditionType.ISO_READY,
             ok=False,

@@ -4,10 +4,23 @@ Everything here is a function of values (the pool's `status.iso`, the InfraEnv U
 files listed on the datastore, backings vSphere reports attached, `now`), so the
 rules that decide whether a file may be deleted are unit-tested without I/O:
 
-* **re-check** when there is no path yet, the URL changed (compared by hash: the
-  stored `url` omits the query, which carries the image version and key), the prefix
-  changed, a new force-refresh token appeared, or `checkInterval` passed since
-  `checkedAt`; otherwise wake up exactly when the interval ends;
+* **re-check** when there is no path yet, the URL changed, the prefix changed, a new
+  force-refresh token appeared, or `checkInterval` passed since `checkedAt`; otherwise
+  wake up exactly when the interval ends;
+* **the URL in status** is its shown form (`redaction.redact_url`): the image
+  service's key, in the path (`/byapikey/<JWT>/`) or the query (`api_key=`), is
+  `[REDACTED]`, the rest (host, version, architecture) stays for people to read. The
+  shown form cannot tell two keys apart, so a change is detected by `urlHash`, the
+  sha256 of the whole URL (kept in status, so a restart or another replica sees a
+  change made while it was not looking). It is one-way: the image service's keys
+  are signed tokens, which no digest gives back (a guessable password in URL user
+  info could be tried against it, as against any digest: image service URLs carry
+  none). Both fields are written together, after each check. A status an older
+  version wrote is corrected without a check (`same_url`, `shown_status`): one with
+  the digest but another shown form (an agent-forge that showed the path's key) is
+  rewritten; one without a digest, whose `url` is the whole URL (a version that
+  stored it so), describes the current URL when that URL equals it, and gets the
+  shown form and the digest; any other is a changed URL, checked once;
 * **history** is newest first, one entry per path, the current ISO always first,
   cut to `retainVersions`;
 * **prune** only content-addressed files (`<prefix>/<64 hex>.iso`, directly under the
@@ -33,9 +46,9 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from urllib.parse import urlsplit, urlunsplit
 
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
+from agentforge.redaction import redact_url
 from agentforge.vsphere import IsoLimits, IsoRecord, IsoResult, Validators, iso_upload
 
 __all__ = [
@@ -48,6 +61,8 @@ __all__ = [
     "previous_record",
     "redact_url",
     "relative_path",
+    "same_url",
+    "shown_status",
     "sweep_due",
     "updated_status",
     "url_hash",
@@ -73,14 +88,21 @@ def url_hash(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()
 
 
-def redact_url(url: str) -> str:
-    """The URL without user info, query or fragment (they may carry credentials)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+def same_url(status: ISOStatus, url: str) -> bool:
+    """Does `status` describe the ISO of `url`? By the digest; a status without one
+    (written by a version that stored the whole URL) by its `url`."""
+    if status.url_hash:
+        return status.url_hash == url_hash(url)
+    return bool(status.url) and status.url == url
+
+
+def shown_status(status: ISOStatus, *, url: str) -> ISOStatus | None:
+    """`status` with `url` in its shown form and its digest, when `status` describes
+    `url` (`same_url`) but holds another form (an older version's); else None."""
+    shown, digest = redact_url(url), url_hash(url)
+    if not same_url(status, url) or (status.url, status.url_hash) == (shown, digest):
+        return None
+    return status.model_copy(update={"url": shown, "url_hash": digest})
 
 
 def _folder(path: str) -> str:
@@ -99,7 +121,7 @@ def check_due(
     """Why a check is due now, or None when the cached ISO stands until `next_check_at`."""
     if not status.path:
         return CheckReason.NO_PATH
-    if status.url_hash != url_hash(url):
+    if not same_url(status, url):
         return CheckReason.URL_CHANGED
     if _folder(status.path) != prefix.strip("/"):
         return CheckReason.PREFIX_CHANGED
@@ -116,7 +138,7 @@ def next_check_at(status: ISOStatus, *, interval: timedelta) -> datetime | None:
 
 def previous_record(status: ISOStatus, *, url: str) -> IsoRecord | None:
     """What revalidation may compare with: only validators of this very URL count."""
-    if not (status.sha256 and status.path and status.url_hash == url_hash(url)):
+    if not (status.sha256 and status.path and same_url(status, url)):
         return None
     stored = status.validators or ISOSourceValidators()
     return IsoRecord(

@@ -20,6 +20,8 @@ Promises:
   version), plus the final file present on the datastore -> nothing is downloaded;
 - TLS to the source is verified (optional CA bundle); size and timeouts are limits;
   bytes downloaded are counted (metric and result).
+- errors name the source by its shown form (`redaction.redact_url`): the image
+  service's API key, in the path (`/byapikey/<JWT>/`) or the query, is in no message.
 
 Cleanup and the server's ordering: the file service creates the file when it starts
 on the PUT, which can be after the client has given up on it (vcsim first resolves the
@@ -46,8 +48,9 @@ from typing import Any
 
 import aiohttp
 
+from agentforge.redaction import redact_url
 from agentforge.vsphere import datastore, errors, metrics
-from agentforge.vsphere.iso_upload import final_path, safe_url, transfer
+from agentforge.vsphere.iso_upload import final_path, transfer
 from agentforge.vsphere.session import Session
 
 
@@ -268,8 +271,8 @@ async def _ensure(
                 )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise errors.TransientError(
-                f"download of the ISO from {safe_url(source.url)} failed: {type(exc).__name__}",
-                subject=safe_url(source.url),
+                f"download of the ISO from {redact_url(source.url)} failed: {type(exc).__name__}",
+                subject=redact_url(source.url),
             ) from None
 
 
@@ -348,7 +351,7 @@ def _client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
 
 
 def _source_error(source: IsoSource, status: int) -> errors.VsphereError:
-    where = safe_url(source.url)
+    where = redact_url(source.url)
     if status in (429, 500, 502, 503, 504):
         return errors.TransientError(
             f"the ISO source {where} answered HTTP {status}", subject=where

@@ -5,6 +5,8 @@ way, and are then moved to `<prefix>/<sha256>.iso`, or deleted when that file al
 exists. The promises and the cleanup rules are in the `iso` module's doc; this module
 keeps them: the name is the hash of exactly the bytes counted and sent, and the
 temporary file is deleted on every failure once the datastore can no longer write it.
+Errors name the source by its shown form (`redaction.redact_url`: the image service's
+API key, in the path or the query, is never part of a message).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from agentforge.redaction import redact_url
 from agentforge.vsphere import datastore, errors, metrics
 from agentforge.vsphere.session import Session
 
@@ -60,9 +63,9 @@ async def transfer(
     """Stream `resp` (its Content-Length `declared`, if any) to `<prefix>/<sha256>.iso`."""
     if declared is not None and declared > limits.max_bytes:
         raise errors.SizeLimitExceeded(
-            f"the ISO at {safe_url(str(resp.url))} is {declared} bytes, over the limit of "
+            f"the ISO at {redact_url(str(resp.url))} is {declared} bytes, over the limit of "
             f"{limits.max_bytes}; raise the limit or check the InfraEnv",
-            subject=safe_url(str(resp.url)),
+            subject=redact_url(str(resp.url)),
         )
     hasher = ChunkHasher()
     counted = [0]
@@ -83,9 +86,9 @@ async def transfer(
                 metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
                 if counted[0] + len(chunk) > limits.max_bytes:
                     raise errors.SizeLimitExceeded(
-                        f"the ISO at {safe_url(str(resp.url))} exceeds the limit of "
+                        f"the ISO at {redact_url(str(resp.url))} exceeds the limit of "
                         f"{limits.max_bytes} bytes; upload abandoned",
-                        subject=safe_url(str(resp.url)),
+                        subject=redact_url(str(resp.url)),
                     )
                 await hasher.add(chunk)
                 counted[0] += len(chunk)
@@ -97,9 +100,9 @@ async def transfer(
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             failure = errors.TransientError(
-                f"download of the ISO from {safe_url(str(resp.url))} broke off after "
+                f"download of the ISO from {redact_url(str(resp.url))} broke off after "
                 f"{counted[0]} bytes: {type(exc).__name__}",
-                subject=safe_url(str(resp.url)),
+                subject=redact_url(str(resp.url)),
             )
             source_failure.append(failure)
             if declared is None:
@@ -188,8 +191,8 @@ def _check_complete(
         raise failure
     if declared is not None and got != declared:
         raise errors.TransientError(
-            f"the ISO download from {safe_url(url)} ended after {got} of {declared} bytes",
-            subject=safe_url(url),
+            f"the ISO download from {redact_url(url)} ended after {got} of {declared} bytes",
+            subject=redact_url(url),
         )
 
 
@@ -217,8 +220,3 @@ async def _mkdir_once(session: Session, where: datastore.Location, prefix: str) 
         return True
 
     await session.memo(("mkdir", where, prefix), make)
-
-
-def safe_url(url: str) -> str:
-    """The URL without its query (InfraEnv ISO URLs carry an API key in the query)."""
-    return url.split("?", 1)[0]

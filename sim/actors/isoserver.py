@@ -1,8 +1,12 @@
 """The Assisted Installer image service: one generated discovery ISO per InfraEnv.
 
 An aiohttp server on loopback answers `GET /images/<namespace>/<infraenv>/<tag>.iso`
-with the InfraEnv's current image. What it promises, because the operator's ISO
-cache is built on it:
+with the InfraEnv's current image, and, as assisted-image-service does, the URL
+forms that carry its key (`url(..., auth=...)`): `byapikey` puts a signed JWT in the
+path (`/byapikey/<JWT>/<version>/<arch>/<tag>.iso`), `query` puts it in the query
+(`/images/<image id>?api_key=<JWT>&arch=...&type=...&version=...`); a missing or
+wrong key answers 401. What it promises, because the operator's ISO cache is built
+on it:
 
 - Images are deterministic bytes (an ISO 9660 volume descriptor at 32 KiB, then
   pseudo-random data seeded by namespace, InfraEnv and version): the same InfraEnv
@@ -24,18 +28,26 @@ version is the InfraEnv stand-in's choice, as the real image service makes one).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
+import json
 import random
+import secrets
 import struct
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 from aiohttp import web
 
-__all__ = ["DEFAULT_ISO_SIZE", "IsoImage", "IsoServer", "IsoStats", "discovery_iso"]
+__all__ = ["DEFAULT_ISO_SIZE", "IsoImage", "IsoServer", "IsoStats", "UrlAuth", "discovery_iso"]
+
+UrlAuth = Literal["none", "byapikey", "query"]
+"""Where an image URL carries the key: nowhere, in the path, in the query."""
 
 DEFAULT_ISO_SIZE = 1024 * 1024
 _SECTOR = 2048
@@ -120,6 +132,8 @@ class IsoServer:
         self._history: dict[str, IsoImage] = {}
         self._failing: dict[Key, int] = {}
         self._stats: dict[Key, IsoStats] = {}
+        self._signing_key = secrets.token_bytes(32)
+        self._by_id: dict[str, Key] = {}
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -127,7 +141,9 @@ class IsoServer:
 
     async def start(self) -> Self:
         app = web.Application()
-        app.router.add_get("/images/{namespace}/{infraenv}/{tag}.iso", self._serve)
+        app.router.add_get("/images/{namespace}/{infraenv}/{tag}.iso", self._serve_open)
+        app.router.add_get("/byapikey/{token}/{version}/{arch}/{tag}.iso", self._serve_byapikey)
+        app.router.add_get("/images/{image_id}", self._serve_query)
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -157,8 +173,51 @@ class IsoServer:
 
     # --- images --------------------------------------------------------------------------
 
-    def url(self, namespace: str, infraenv: str, *, tag: str = "discovery") -> str:
-        return f"{self.base_url}/images/{namespace}/{infraenv}/{tag}.iso"
+    def url(
+        self,
+        namespace: str,
+        infraenv: str,
+        *,
+        tag: str = "discovery",
+        auth: UrlAuth = "none",
+        token: str | None = None,
+    ) -> str:
+        """The image's URL; with `auth` it carries `token` (default: a fresh valid one)."""
+        if auth == "none":
+            return f"{self.base_url}/images/{namespace}/{infraenv}/{tag}.iso"
+        token = token or self.token(namespace, infraenv)
+        if auth == "byapikey":
+            return f"{self.base_url}/byapikey/{token}/4.14/x86_64/{tag}.iso"
+        image_id = self.image_id(namespace, infraenv)
+        return (
+            f"{self.base_url}/images/{image_id}?api_key={token}&arch=x86_64&type={tag}&version=4.14"
+        )
+
+    def image_id(self, namespace: str, infraenv: str) -> str:
+        """The InfraEnv's id in URLs (stable, as assisted-service's UUID is)."""
+        image_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{infraenv}"))
+        self._by_id[image_id] = (namespace, infraenv)
+        return image_id
+
+    def token(self, namespace: str, infraenv: str) -> str:
+        """A new signed JWT (HS256) for the InfraEnv's images; each call gives another."""
+        claims = {"infra_env_id": self.image_id(namespace, infraenv), "jti": secrets.token_hex(8)}
+        header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+        payload = _b64url(json.dumps(claims).encode())
+        signature = hmac.new(self._signing_key, f"{header}.{payload}".encode(), "sha256")
+        return f"{header}.{payload}.{_b64url(signature.digest())}"
+
+    def _verified(self, token: str) -> Key | None:
+        header, _, rest = token.partition(".")
+        payload, _, signature = rest.partition(".")
+        expected = hmac.new(self._signing_key, f"{header}.{payload}".encode(), "sha256")
+        if not hmac.compare_digest(_b64url(expected.digest()), signature):
+            return None
+        try:
+            claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        except ValueError:
+            return None
+        return self._by_id.get(str(claims.get("infra_env_id")))
 
     def publish(self, namespace: str, infraenv: str) -> IsoImage:
         """The InfraEnv's image, made (version 1) if it has none yet."""
@@ -217,8 +276,24 @@ class IsoServer:
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "images": len(self._images)})
 
-    async def _serve(self, request: web.Request) -> web.StreamResponse:
-        key = (request.match_info["namespace"], request.match_info["infraenv"])
+    async def _serve_open(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(
+            request, (request.match_info["namespace"], request.match_info["infraenv"])
+        )
+
+    async def _serve_byapikey(self, request: web.Request) -> web.StreamResponse:
+        key = self._verified(request.match_info["token"])
+        if key is None:
+            return web.Response(status=401, text="invalid or missing API key\n")
+        return await self._serve(request, key)
+
+    async def _serve_query(self, request: web.Request) -> web.StreamResponse:
+        key = self._verified(request.query.get("api_key", ""))
+        if key is None or key != self._by_id.get(request.match_info["image_id"]):
+            return web.Response(status=401, text="invalid or missing API key\n")
+        return await self._serve(request, key)
+
+    async def _serve(self, request: web.Request, key: Key) -> web.StreamResponse:
         stats = self._stats.setdefault(key, IsoStats())
         stats.requests += 1
         image = self._images.get(key)
@@ -241,6 +316,10 @@ class IsoServer:
         stats.downloads += 1
         stats.bytes_served += image.size
         return web.Response(body=image.data, headers=headers)
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def _not_modified(request: web.Request, image: IsoImage) -> bool:

@@ -71,12 +71,13 @@ def install_current_crds(controlplane: Any, folder: Path) -> None:
 
 @dataclass
 class IsoServer:
-    """One discovery image with a strong ETag; counts body bytes it served."""
+    """One discovery image with a strong ETag; counts requests and body bytes it served."""
 
     body: bytes = field(default_factory=lambda: os.urandom(256 * 1024 + 17))
     etag: str = '"v1"'
     status: int = 200
     served: int = 0
+    requests: int = 0
     url: str = ""
 
     @property
@@ -88,6 +89,7 @@ class IsoServer:
         self.etag = f'"{uuid.uuid4().hex}"'
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
         if self.status != 200:
             return web.Response(status=self.status)
         if request.headers.get("If-None-Match") == self.etag:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentforge import vsphere
+from agentforge import redaction, vsphere
 from agentforge.api import kinds, names
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import MUTATING, World
@@ -60,7 +60,7 @@ async def test_the_iso_is_uploaded_content_addressed_and_vsphere_ready_is_report
     assert iso["path"] == expected
     assert iso["sha256"] == world.iso.sha256
     assert iso["sizeBytes"] == len(world.iso.body)
-    assert iso["url"].endswith("/images/discovery.iso")  # no query: it carries a key
+    assert iso["url"].endswith("/images/discovery.iso?api_key=[REDACTED]")
     assert "it-secret" not in str(pool["status"])
     assert iso["validators"]["etag"] == world.iso.etag
     assert [h["path"] for h in iso["history"]] == [expected]
@@ -273,6 +273,39 @@ async def assert_nothing_changed(vcsim_control: VcsimControl) -> None:
     counted = await vcsim_control.counters()
     assert methods(counted, *MUTATING) == {}
     assert not any(k.startswith("PUT") for k in counted.get("http", {}))
+
+
+async def test_a_status_an_older_version_wrote_is_rewritten_without_a_download(
+    world: World,
+) -> None:
+    async with world.run(vm_controller=False):
+        pool = await ready_pool(world)
+    iso = pool["status"]["iso"]
+    shown, digest = iso["url"], iso["urlHash"]
+    assert shown == redaction.redact_url(world.iso.url)
+    for legacy in (
+        {"url": world.iso.url, "urlHash": None},  # the whole URL, no digest
+        {"url": world.iso.url.split("?")[0]},  # an earlier agent-forge: query dropped
+    ):
+        await world.kube.patch_status(
+            POOL, namespace=world.namespace, name="pool", patch={"status": {"iso": legacy}}
+        )
+        requests = world.iso.requests
+        async with world.run(vm_controller=False):  # the new version starts
+
+            async def rewritten() -> dict[str, Any] | None:
+                pool = await world.get(POOL, "pool")
+                found = ((pool or {}).get("status") or {}).get("iso") or {}
+                return (
+                    found if (found.get("url"), found.get("urlHash")) == (shown, digest) else None
+                )
+
+            after = await world.wait_for("status.iso rewritten to the shown URL", rewritten)
+        assert world.iso.requests == requests, "no request to the image service"
+        assert {k: v for k, v in after.items() if k not in ("url", "urlHash")} == {
+            k: v for k, v in iso.items() if k not in ("url", "urlHash")
+        }, "nothing else changed: same file, same check time"
+        assert "it-secret" not in str(after)
 
 
 async def test_a_missing_infra_env_is_reported_and_nothing_is_done(

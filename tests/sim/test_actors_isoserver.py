@@ -111,6 +111,40 @@ async def test_unknown_infraenv_is_404(server: IsoServer) -> None:
     assert (await fetch(server.url("ns", "missing")))[0] == 404
 
 
+async def test_urls_carrying_a_key_in_path_or_query_serve_the_image(server: IsoServer) -> None:
+    image = server.publish("ns", "env")
+    by_path = server.url("ns", "env", auth="byapikey")
+    by_query = server.url("ns", "env", auth="query")
+    token = by_path.split("/byapikey/")[1].split("/")[0]
+    assert token.startswith("eyJ"), "a JWT, as the real service's"
+    assert token.count(".") == 2
+    assert by_path.endswith("/4.14/x86_64/discovery.iso")
+    assert "?api_key=eyJ" in by_query
+    assert "&arch=x86_64" in by_query
+    for url in (by_path, by_query):
+        status, _, body = await fetch(url)
+        assert status == 200
+        assert hashlib.sha256(body).hexdigest() == image.sha256
+    assert server.stats("ns", "env").downloads == 2
+
+
+async def test_a_wrong_or_missing_key_is_refused(server: IsoServer) -> None:
+    server.publish("ns", "env")
+    server.publish("ns", "other")
+    token = server.token("ns", "env")
+    forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    other = server.url("ns", "other", auth="query", token=token)  # env's key, other's id
+    for url in (
+        server.url("ns", "env", auth="byapikey", token=forged),
+        server.url("ns", "env", auth="query", token=forged),
+        other,
+        other.split("?")[0],
+    ):
+        assert (await fetch(url))[0] == 401, url
+    server.fail("ns", "env", status=404)
+    assert (await fetch(server.url("ns", "env", auth="byapikey")))[0] == 404
+
+
 def test_content_addressed_names_yield_their_digest() -> None:
     digest = "ab" * 32
     assert iso_sha256(f"[iso-ds] agent-forge/ns/pool/{digest}.iso") == digest

@@ -101,8 +101,8 @@ async def test_head_answer_reports_status_and_size(serve: Any) -> None:
     assert item.status is Status.PASS
     assert item.message == "HTTP 200, 3.0 MiB (3145728 bytes)"
     assert "SECRET-KEY" not in item.subject
-    assert "pw" not in item.subject
-    assert item.subject.endswith("/images/x.iso?…")
+    shown = url.replace("user:pw@", "user:[REDACTED]@").replace("SECRET-KEY", "[REDACTED]")
+    assert item.subject == f"ISO URL {shown}"
     assert [r.method for r in serve.seen] == ["HEAD"]
 
 
@@ -139,16 +139,35 @@ async def test_an_unreachable_url_fails_without_its_query() -> None:
     assert "SECRET-KEY" not in item.message + item.subject
 
 
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhYmMifQ.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
         ("https://h.example/i.iso", "https://h.example/i.iso"),
-        ("https://u:p@h.example:8443/i.iso?api_key=k#f", "https://h.example:8443/i.iso?…"),
+        (
+            "https://u:p@h.example:8443/i.iso?api_key=k#f",
+            "https://u:[REDACTED]@h.example:8443/i.iso?api_key=[REDACTED]#f",
+        ),
         ("http://[::1]:80/i.iso", "http://[::1]:80/i.iso"),
+        (
+            f"https://images.example/byapikey/{JWT}/4.14/x86_64/minimal.iso",
+            "https://images.example/byapikey/[REDACTED]/4.14/x86_64/minimal.iso",
+        ),
     ],
 )
-def test_redact_url(url: str, shown: str) -> None:
+def test_iso_urls_are_shown_as_the_operator_shows_them(url: str, shown: str) -> None:
     assert check_probes.redact_url(url) == shown
+
+
+async def test_an_error_quoting_the_url_shows_it_redacted() -> None:
+    url = f"https://images.example/byapikey/{JWT}/4.14/x86_64/minimal.iso?token=abc"
+    text = check_probes._scrub(f"Cannot connect to {url} (password=hunter2)", url)
+    assert JWT not in text
+    assert "abc" not in text
+    assert "hunter2" not in text
+    assert "https://images.example/byapikey/[REDACTED]/4.14/x86_64/minimal.iso" in text
 
 
 @pytest.mark.parametrize(
@@ -328,10 +347,10 @@ async def test_infraenv_without_image_created_warns_and_still_gives_the_url() ->
     item, url = await check_probes.infraenv(kube, pool())  # type: ignore[arg-type]
     assert item.status is Status.WARN
     assert url == "https://images.example/x.iso?api_key=K"
-    assert "api_key" not in item.message
+    assert "api_key=K" not in item.message
     kube = FakeKube(obj("InfraEnv", "discovery", status=image_created("True")))
     item, _ = await check_probes.infraenv(kube, pool())  # type: ignore[arg-type]
-    assert item.message == "ImageCreated=True, ISO https://images.example/x.iso?…"
+    assert item.message == "ImageCreated=True, ISO https://images.example/x.iso?api_key=[REDACTED]"
 
 
 async def test_secret_keys_are_named_values_never_and_insecure_warns() -> None:

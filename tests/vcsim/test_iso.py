@@ -172,13 +172,16 @@ async def test_the_size_limit_is_enforced_and_nothing_is_left_behind(
 ) -> None:
     prefix = _prefix(request)
     source.chunked = chunked
-    with pytest.raises(SizeLimitExceeded):
+    with pytest.raises(SizeLimitExceeded) as info:
         await service.ensure_iso(
             source=IsoSource(url=source.url),
             where=ISO_DS,
             prefix=prefix,
             limits=IsoLimits(max_bytes=1024 * 1024),
         )
+    shown = source.url.replace("secret-token", "[REDACTED]")
+    assert f"the ISO at {shown} " in str(info.value), "named by its shown URL, without the key"
+    assert info.value.subject == shown
     assert await service.list_files(where=ISO_DS, prefix=prefix, pattern="*") == []
 
 

@@ -88,10 +88,67 @@ def test_the_check_is_due_exactly_when_the_interval_passed() -> None:
     assert due(status, now=NOW - timedelta(seconds=1)) is None
 
 
-def test_the_stored_url_carries_no_query_or_user_info() -> None:
-    assert iso_cache.redact_url("https://u:p@h.example:8443/i.iso?api_key=x#f") == (
-        "https://h.example:8443/i.iso"
+JWT = (
+    "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.eyJpbmZyYV9lbnZfaWQiOiI3ZDQ2MThhZiJ9."
+    "MEUCIQDx2Vt8l1cY9x8Wm3b5Q_5bOQ2hX9yQ1nC3pZr0uL4kGgIgT"
+)
+PATH_URL = f"https://images.example/byapikey/{JWT}/4.14/x86_64/minimal.iso"
+SHOWN_PATH_URL = "https://images.example/byapikey/[REDACTED]/4.14/x86_64/minimal.iso"
+
+
+def test_the_stored_url_shows_which_image_but_no_key() -> None:
+    after = iso_cache.updated_status(
+        ISOStatus(), result=result(1, reused=False), url=PATH_URL, token=None, now=NOW
     )
+    assert after.url == SHOWN_PATH_URL
+    assert JWT not in after.model_dump_json()
+    query = iso_cache.updated_status(
+        ISOStatus(), result=result(1, reused=False), url=URL, token=None, now=NOW
+    )
+    assert query.url == "https://assisted.example/images/abc?api_key=[REDACTED]&version=4.16"
+
+
+def test_a_new_key_behind_the_same_shown_url_is_a_changed_url() -> None:
+    status = cached(url=SHOWN_PATH_URL, url_hash=iso_cache.url_hash(PATH_URL))
+    assert due(status, url=PATH_URL) is None
+    other_key = PATH_URL.replace(JWT, JWT[:-4] + "AAAA")
+    assert iso_cache.redact_url(other_key) == SHOWN_PATH_URL
+    assert due(status, url=other_key) is CheckReason.URL_CHANGED
+    assert iso_cache.previous_record(status, url=other_key) is None
+
+
+def test_an_older_agent_forge_status_showing_the_key_is_rewritten_without_a_check() -> None:
+    # What agent-forge wrote before: the path (and its key) kept, the query dropped.
+    old = cached(
+        url=f"https://images.example/byapikey/{JWT}/4.14/x86_64/minimal.iso",
+        url_hash=iso_cache.url_hash(PATH_URL),
+    )
+    assert due(old, url=PATH_URL) is None
+    assert iso_cache.previous_record(old, url=PATH_URL) is not None
+    rewritten = iso_cache.shown_status(old, url=PATH_URL)
+    assert rewritten is not None
+    assert (rewritten.url, rewritten.url_hash) == (SHOWN_PATH_URL, old.url_hash)
+    assert rewritten.model_copy(update={"url": old.url}) == old, "nothing else changes"
+    assert iso_cache.shown_status(rewritten, url=PATH_URL) is None, "written once"
+
+
+def test_a_status_holding_the_whole_url_without_digest_is_reused_and_rewritten() -> None:
+    legacy = cached(url=PATH_URL, url_hash=None)
+    assert due(legacy, url=PATH_URL) is None, "the same URL: no download"
+    assert iso_cache.previous_record(legacy, url=PATH_URL) is not None
+    rewritten = iso_cache.shown_status(legacy, url=PATH_URL)
+    assert rewritten is not None
+    assert rewritten.url == SHOWN_PATH_URL
+    assert rewritten.url_hash == iso_cache.url_hash(PATH_URL)
+    assert due(rewritten, url=PATH_URL) is None
+
+
+def test_a_status_without_digest_for_another_url_is_checked_and_not_rewritten() -> None:
+    legacy = cached(url="https://images.example/old.iso", url_hash=None)
+    assert due(legacy, url=PATH_URL) is CheckReason.URL_CHANGED
+    assert iso_cache.shown_status(legacy, url=PATH_URL) is None
+    assert iso_cache.previous_record(legacy, url=PATH_URL) is None
+    assert due(cached(url=None, url_hash=None), url=PATH_URL) is CheckReason.URL_CHANGED
 
 
 # --- revalidation and status --------------------------------------------------------------

@@ -1,0 +1,322 @@
+"""Credentials out of everything the operator shows: URLs, status, conditions, events, logs.
+
+Two functions share one set of rules:
+
+* `redact_url(url)` is the shown form of one URL. It keeps the scheme, host, port,
+  path and the query parameters that carry no secret, so an admin can still tell
+  which image a pool caches, and replaces with `[REDACTED]`:
+  - the password of user info (`https://user:[REDACTED]@host`), and a user name
+    shaped like a token (`https://[REDACTED]@host`);
+  - the segment after a known token path (`/byapikey/<token>/`, `/bytoken/<token>/`,
+    the assisted-image-service forms) and any JWT-shaped or `sha256~` segment;
+  - query (and fragment, and `;param`) values whose name says credential
+    (`SECRET_QUERY_NAMES`; names ending in `token`, `secret`, `password`, `apikey`,
+    `_key`, `_signature`, `_sig`, `_credential`, camelCase read as snake_case; every
+    `X-Amz-*` / `X-Goog-*` parameter of a pre-signed URL), and any value shaped like
+    a JWT or a long random token whatever its name (`long_random`).
+  Example: `https://images.example/byapikey/[REDACTED]/4.14/x86_64/minimal.iso`,
+  `https://images.example/images/3f9a...?api_key=[REDACTED]&arch=x86_64&version=4.14`.
+  Everything else is kept verbatim (no re-encoding), so the same URL always shows
+  the same way and two different images show differently.
+* `redact(text)` is for free text (log lines, condition and event messages,
+  tracebacks). It rewrites every URL in the text with `redact_url` and replaces
+  the values of credentials: `Authorization`/`Cookie`/session headers, `Bearer` and
+  `Basic` credentials, a value after a secret *name* and `=` or `:` (`password=..`,
+  `"password": ".."`, `client_secret: ..`, `DB_PASSWORD=..`, `apiKey=..`,
+  `--token=..`), and JWTs, `sha256~` tokens and PEM private keys anywhere.
+
+What is a secret is decided by position or by shape, never by a word alone, so
+ordinary text survives unchanged: `no ISO is cached yet`, `object demo/db-token:
+not found`, `Secret demo/vsphere-credentials: key 'password' missing` (the key's
+*name* is no secret), `token bucket`, `credentials Secret demo/x`. The rules that
+keep it so:
+- a secret name counts only as a whole identifier of letters, digits and `_`
+  (`db_password`, `clientSecret`) that does not continue a path, a URL, an object
+  name or another word: Kubernetes object names are lowercase words joined by `-`
+  and `.`, never by `_`, so `demo/db-token:` and `vsphere-credentials:` are names,
+  not keys. Hyphenated names count only as the known headers (`X-Auth-Token`...).
+- `credentials` is not a secret name (its value is a reference or a structure);
+- after `Bearer`/`Basic` only a value that is not a plain word is a credential
+  (`bearer token` stays);
+- placeholders (`...`, `…`, `<password>`, `***`) are not values.
+`redact` is idempotent: redacting twice gives the same text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from urllib.parse import unquote
+
+__all__ = [
+    "REDACTED",
+    "SECRET_QUERY_NAMES",
+    "TOKEN_PATH_SEGMENTS",
+    "long_random",
+    "redact",
+    "redact_url",
+]
+
+REDACTED: Final = "[REDACTED]"
+
+TOKEN_PATH_SEGMENTS: Final = frozenset({"byapikey", "bytoken"})
+"""Path segments after which the next segment is a credential (assisted-image-service:
+`/byapikey/<JWT>/<version>/<arch>/<type>.iso`, `/bytoken/<token>/...`)."""
+
+SECRET_QUERY_NAMES: Final = frozenset(
+    {
+        # image service and API keys
+        "api_key", "apikey", "key", "image_token", "token", "jwt", "auth", "auth_token",
+        # OAuth 2 / OIDC
+        "access_token", "id_token", "refresh_token", "code", "client_secret", "assertion",
+        # passwords and secrets
+        "password", "passwd", "pwd", "pass", "secret", "private_key", "credential",
+        "credentials", "authorization", "otp",
+        # signatures of pre-signed URLs (Azure SAS `sig`, others `signature`)
+        "sig", "signature",
+        # sessions
+        "session", "session_id", "sessionid", "jsessionid", "sid", "ticket",
+    }
+)  # fmt: skip
+"""Query parameter names (lower case, `-` read as `_`) whose value is always redacted."""
+
+_SECRET_NAME_SUFFIXES: Final = (
+    *("token", "secret", "password", "passwd", "passphrase", "apikey", "sessionid"),
+    *("_key", "_signature", "_sig", "_credential"),
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SECRET_NAME_PREFIXES: Final = ("x_amz_", "x_goog_")
+
+# --- shapes ----------------------------------------------------------------------------
+
+_B64URL = r"[A-Za-z0-9_-]"
+_JWT_TEXT = rf"eyJ{_B64URL}{{5,}}\.{_B64URL}{{2,}}(?:\.{_B64URL}*){{1,3}}"
+_OPENSHIFT_TOKEN = r"sha256~[A-Za-z0-9_-]{20,}"  # noqa: S105 - a pattern, not a token
+_TOKEN_ANYWHERE = re.compile(rf"(?<![A-Za-z0-9_-])(?:{_JWT_TEXT}|{_OPENSHIFT_TOKEN})")
+_TOKEN_EXACT = re.compile(rf"(?:{_JWT_TEXT}|{_OPENSHIFT_TOKEN})")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+_RANDOM_CHARS = re.compile(r"[A-Za-z0-9_~+/=%-]+")
+_PLAIN_WORD = re.compile(r"[A-Za-z][a-z]*(?:[A-Z][a-z]{2,})*")  # a word, or CamelCase words
+_PLACEHOLDER = re.compile(r"(?:\.{2,}|…|\*+|<[^<>\s]*>|)")
+LONG_RANDOM_MIN: Final = 32
+
+
+def long_random(value: str) -> bool:
+    """Shaped like a generated token: a JWT or `sha256~` token, or at least
+    `LONG_RANDOM_MIN` characters of a base64/hex alphabet (no dots: version strings
+    have them) mixing two of lower case, upper case and digits; a UUID is an id."""
+    if _TOKEN_EXACT.fullmatch(value):
+        return True
+    if len(value) < LONG_RANDOM_MIN or not _RANDOM_CHARS.fullmatch(value):
+        return False
+    if _UUID.fullmatch(value):
+        return False
+    classes = (
+        any(c.islower() for c in value)
+        + any(c.isupper() for c in value)
+        + any(c.isdigit() for c in value)
+    )
+    return classes >= 2
+
+
+# --- URLs ----------------------------------------------------------------------------------
+
+# RFC 3986 appendix B: splits any string, never fails, keeps every character.
+_URL_PARTS = re.compile(
+    r"^(?:(?P<scheme>[^:/?#]+):)?(?://(?P<netloc>[^/?#]*))?(?P<path>[^?#]*)"
+    r"(?:\?(?P<query>[^#]*))?(?:#(?P<fragment>.*))?$",
+    re.DOTALL,
+)
+
+
+def _secret_param(name: str) -> bool:
+    norm = _CAMEL.sub("_", unquote(name).strip()).lower().replace("-", "_")
+    return (
+        norm in SECRET_QUERY_NAMES
+        or norm.endswith(_SECRET_NAME_SUFFIXES)
+        or norm.startswith(_SECRET_NAME_PREFIXES)
+    )
+
+
+def _params(text: str, sep: str) -> str:
+    """`a=1&api_key=x&<token>` with secret values replaced, everything else verbatim."""
+    shown = []
+    for part in text.split(sep):
+        name, eq, value = part.partition("=")
+        if not eq:
+            shown.append(REDACTED if long_random(unquote(name)) else part)
+        elif value and value != REDACTED and (_secret_param(name) or long_random(unquote(value))):
+            shown.append(f"{name}={REDACTED}")
+        else:
+            shown.append(part)
+    return sep.join(shown)
+
+
+def _segment(segment: str) -> str:
+    name, semi, params = segment.partition(";")
+    shown = REDACTED if _TOKEN_EXACT.fullmatch(name) else name
+    return f"{shown};{_params(params, ';')}" if semi else shown
+
+
+def _path(path: str) -> str:
+    segments = path.split("/")
+    shown = []
+    after_token_path = False
+    for segment in segments:
+        if after_token_path and segment:
+            shown.append(REDACTED)
+        else:
+            shown.append(_segment(segment))
+        after_token_path = segment.lower() in TOKEN_PATH_SEGMENTS
+    return "/".join(shown)
+
+
+def _netloc(netloc: str) -> str:
+    userinfo, at, host = netloc.rpartition("@")
+    if not at:
+        return netloc
+    user, colon, password = userinfo.partition(":")
+    if colon:
+        return f"{user}:{REDACTED}@{host}" if password else f"{user}:@{host}"
+    return f"{REDACTED}@{host}" if long_random(unquote(user)) else netloc
+
+
+def redact_url(url: str) -> str:
+    """The shown form of `url`: see the module doc for what is replaced."""
+    parts = _URL_PARTS.match(url)
+    assert parts is not None  # the pattern matches every string
+    shown = f"{parts['scheme']}:" if parts["scheme"] is not None else ""
+    if parts["netloc"] is not None:
+        shown += "//" + _netloc(parts["netloc"])
+    shown += _path(parts["path"])
+    if parts["query"] is not None:
+        shown += "?" + _params(parts["query"], "&")
+    if parts["fragment"] is not None:
+        shown += "#" + _params(parts["fragment"], "&")
+    return shown
+
+
+# --- free text --------------------------------------------------------------------------
+
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>`\\]+")
+_TRAILING = ".,;:!?'\""
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+_PEM_KEY = re.compile(
+    r"(-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY-----).*?(-----END (?P=kind)PRIVATE KEY-----)",
+    re.DOTALL,
+)
+
+# `Authorization: Bearer x`, `"authorization": "Basic x"`, `X-Auth-Token: x`
+_HEADER = re.compile(
+    r"(?i)(?<![\w./@:=~+-])(?P<head>(?:proxy-)?authorization|vmware-api-session-id|x-auth-token"
+    r"|x-api-key|x-vault-token|private-token|x-amz-security-token)"
+    r"(?P<sep>\\?[\"']?\s*[:=]\s*\\?[\"']?)"
+    r"(?P<scheme>(?:bearer|basic|negotiate|token)\s+)?"
+    r"(?P<value>(?!\[REDACTED\])[^\s\"',;}\\]+)"
+)
+# `Cookie: vmware_soap_session="x"`: the first cookie's value (later ones go by name)
+_COOKIE = re.compile(
+    r"(?i)(?<![\w./@:=~+-])(?P<head>(?:set-)?cookie\\?[\"']?\s*[:=]\s*\\?[\"']?[^=;\s\"'\\]+=)"
+    r"(?P<value>(?!\[REDACTED\])(?:\\?\"[^\"\\]*\\?\"|[^;\s\"'\\]+))"
+)
+
+_SECRET_WORDS = (
+    "password|passwd|passphrase|secret|token",
+    "api_?key|private_?key|soap_session|session_?id",
+)
+_SECRET_WORD = f"(?:{'|'.join(_SECRET_WORDS)})"
+# A secret name as a whole identifier that continues no path, URL, object name or word.
+_KEY_VALUE = re.compile(
+    rf"(?i)(?<![\w./@:=~+-])(?P<name>-{{0,2}}[A-Za-z0-9_]*?{_SECRET_WORD})(?![\w.-])"
+    r"(?P<sep>[\"']?\s*[:=]\s*)"
+    r"(?P<value>(?!\[REDACTED\])(?:"
+    r"\\\"(?:(?!\\\").)*\\\""  # a JSON-escaped quoted value: \"...\"
+    r"|\"(?:[^\"\\]|\\.)*\""
+    r"|'(?:[^'\\]|\\.)*'"
+    r"|\S+))"  # unquoted: up to white space (closing punctuation is given back)
+)
+_CLOSING = ",;.)]}\"'\\"
+_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/-]+=*)")
+
+
+def _url_in_text(match: re.Match[str]) -> str:
+    url = match.group(0)
+    tail = ""
+    while url and not url.endswith(REDACTED):
+        last = url[-1]
+        opener = _CLOSERS.get(last)
+        if last in _TRAILING or (opener is not None and url.count(opener) < url.count(last)):
+            tail = last + tail
+            url = url[:-1]
+        else:
+            break
+    return redact_url(url) + tail
+
+
+def _header(match: re.Match[str]) -> str:
+    if not match["scheme"] and _PLAIN_WORD.fullmatch(match["value"]):
+        return match.group(0)  # `authorization: forbidden` is prose, not a header
+    return f"{match['head']}{match['sep']}{match['scheme'] or ''}{REDACTED}"
+
+
+def _cookie(match: re.Match[str]) -> str:
+    value = match["value"]
+    quoted = _quoted(value)
+    return (
+        f"{match['head']}{quoted[0]}{REDACTED}{quoted[2]}" if quoted else match["head"] + REDACTED
+    )
+
+
+def _quoted(value: str) -> tuple[str, str, str] | None:
+    for quote in ('\\"', '"', "'"):
+        if len(value) >= 2 * len(quote) and value.startswith(quote) and value.endswith(quote):
+            return quote, value[len(quote) : -len(quote)], quote
+    return None
+
+
+def _key_value(match: re.Match[str]) -> str:
+    value = match["value"]
+    quoted = _quoted(value)
+    tail = ""
+    if quoted is None:
+        kept = value.rstrip(_CLOSING)
+        value, tail = kept, value[len(kept) :]
+    inner = quoted[1] if quoted else value
+    if _PLACEHOLDER.fullmatch(inner):
+        return match.group(0)
+    shown = f"{quoted[0]}{REDACTED}{quoted[2]}" if quoted else REDACTED
+    return f"{match['name']}{match['sep']}{shown}{tail}"
+
+
+def _bearer(match: re.Match[str]) -> str:
+    value = match["value"]
+    if _PLAIN_WORD.fullmatch(value):
+        return match.group(0)  # `bearer token` is prose
+    return f"{match['scheme']} {REDACTED}"
+
+
+# Cheap tests on the lower-cased text that tell when a rule cannot match: most text
+# (every log line, every condition a reconcile sets) contains nothing to redact.
+_HEADER_HINTS = ("authorization", "session-id", "x-auth-token", "x-api-key", "-token")
+_KEY_HINT = re.compile(rf"{_SECRET_WORD}[\"']?\s*[:=]")
+
+
+def redact(text: str) -> str:
+    """`text` with every credential replaced by `[REDACTED]` (rules: the module doc)."""
+    low = text.lower()
+    if "private key-----" in low:
+        text = _PEM_KEY.sub(rf"\1{REDACTED}\3", text)
+    if "eyJ" in text or "sha256~" in text:
+        text = _TOKEN_ANYWHERE.sub(REDACTED, text)
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(_url_in_text, text)
+    if any(hint in low for hint in _HEADER_HINTS):
+        text = _HEADER.sub(_header, text)
+    if "cookie" in low:
+        text = _COOKIE.sub(_cookie, text)
+    if _KEY_HINT.search(low):
+        text = _KEY_VALUE.sub(_key_value, text)
+    if "bearer" in low or "basic" in low:
+        text = _BEARER.sub(_bearer, text)
+    return text
