@@ -17,7 +17,7 @@ from typing import Any
 
 from agentforge.api import kinds, names
 from agentforge.redaction import REDACTED, redact_url
-from sim.operator import OperatorProcess
+from sim.operator import MetricsReader, OperatorProcess
 from sim.world import DEFAULT_INFRAENV, Snapshot, World
 from tests.e2e.support import eventually, pool_condition_is
 
@@ -61,7 +61,7 @@ async def written_objects(world: World) -> dict[str, str]:
 
 
 async def test_iso_url_keys_appear_in_no_status_condition_event_log_or_metric(
-    world: World, operator_kubeconfig: Path, tmp_path: Path
+    world: World, operator_kubeconfig: Path, metrics_reader: MetricsReader, tmp_path: Path
 ) -> None:
     ns, server = world.namespace, world.iso_server
     image = server.publish(ns, INFRAENV)
@@ -83,6 +83,7 @@ async def test_iso_url_keys_appear_in_no_status_condition_event_log_or_metric(
         "--namespace",
         world.control_plane_namespace,
         log_path=tmp_path / "operator.log",
+        metrics=metrics_reader,
     )
     collected: dict[str, str] = {}
     try:
