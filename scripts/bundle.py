@@ -16,8 +16,9 @@ How each object of config/default lands in the bundle:
   under AllNamespaces; the OperatorGroup's namespaces under MultiNamespace);
 * the ClusterRole and Role bound to the operator's ServiceAccount: the CSV's
   `clusterPermissions` and `permissions` (OLM creates the ServiceAccount, the roles and
-  their bindings); other ClusterRoles (metrics-reader) and the metrics Service and the
-  PodDisruptionBudget: plain manifests, installed by OLM into the operator's namespace;
+  their bindings); other ClusterRoles (metrics-reader), the metrics Service, the
+  PodDisruptionBudget and ConfigMaps: plain manifests, installed by OLM into the
+  operator's namespace;
 * the Namespace, the ServiceAccount and the role bindings: left out, OLM makes them;
 * the NetworkPolicies: left out. OLM v1 refuses NetworkPolicies in a bundle, and OLM v0
   accepts them only since late-2025 z-streams (OpenShift 4.14 and later backports);
@@ -75,7 +76,13 @@ def to_yaml(obj: Any) -> str:
     return f"{HEADER}{body}"
 
 
-_AS_MANIFEST = {"CustomResourceDefinition", "Service", "PodDisruptionBudget", "ClusterRole"}
+_AS_MANIFEST = {
+    "CustomResourceDefinition",
+    "Service",
+    "PodDisruptionBudget",
+    "ClusterRole",
+    "ConfigMap",
+}
 _LEFT_OUT = {
     "Namespace": "OLM installs into the namespace of the Subscription",
     "ServiceAccount": "OLM creates the CSV's serviceAccountName",
@@ -181,9 +188,9 @@ def render(image: str | None = None) -> dict[Path, str]:
     files: dict[Path, str] = {}
     manifests = BUNDLE / "manifests"
     files[manifests / f"{PACKAGE}.clusterserviceversion.yaml"] = to_yaml(csv)
-    extras = (
-        crds + unbound_roles + by_kind.get("Service", []) + by_kind.get("PodDisruptionBudget", [])
-    )
+    extras = crds + unbound_roles
+    for kind in ("Service", "PodDisruptionBudget", "ConfigMap"):
+        extras += by_kind.get(kind, [])
     for obj in extras:
         files[manifests / _file_name(obj)] = to_yaml(_plain(obj))
     labels = {
