@@ -37,6 +37,8 @@ up=$(echo "${overlay#/}" | sed 's|[^/][^/]*|..|g')
     name=$image tag="" digest=""
     if [[ "$image" == *@* ]]; then
       name=${image%%@*} digest=${image#*@}
+      # name:tag@sha256:... pulls by digest alone; the tag is dropped.
+      if [[ "${name##*/}" == *:* ]]; then name=${name%:*}; fi
     elif [[ "${image##*/}" == *:* ]]; then
       name=${image%:*} tag=${image##*:}
     fi

@@ -230,6 +230,7 @@ def _overlay(*args: str) -> list[dict[str, Any]]:
         "registry:5000/agent-forge",
         "registry:5000/team/agent-forge:v3",
         "r.example/af@sha256:" + "a" * 64,
+        "r.example:443/af:v2@sha256:" + "a" * 64,
     ],
 )
 def test_deploy_overlay_sets_the_image_telling_registry_ports_from_tags_and_digests(
@@ -242,10 +243,13 @@ def test_deploy_overlay_sets_the_image_telling_registry_ports_from_tags_and_dige
         if o["kind"] == "Deployment"
         for c in o["spec"]["template"]["spec"]["containers"]
     ]
-    # An image without tag or digest keeps config/default's tag, as kustomize's images do.
-    assert images == [
-        image if (":" in image.rpartition("/")[2] or "@" in image) else image + ":dev"
-    ]
+    if "@" in image:  # by digest alone, a tag next to it dropped
+        name, _, digest = image.partition("@")
+        name = name.rsplit(":", 1)[0] if ":" in name.rpartition("/")[2] else name
+        assert images == [f"{name}@{digest}"]
+    else:  # without a tag, config/default's stays, as kustomize's images field does
+        tagged = ":" in image.rpartition("/")[2]
+        assert images == [image if tagged else image + ":dev"]
 
 
 def test_deploy_overlay_refuses_what_is_not_an_image_reference() -> None:
