@@ -3,10 +3,14 @@
 #
 #   scripts/build-go-tools.sh controlplane   -> kube-apiserver, kubectl, etcd
 #   scripts/build-go-tools.sh vcsim          -> vcsim-af (our simulator launcher), govc
+#   scripts/build-go-tools.sh helm           -> helm (charts/agent-forge: lint, template, e2e)
+#   scripts/build-go-tools.sh olm-validate   -> olm-validate (operator-framework's bundle checks)
+#   scripts/build-go-tools.sh kustomize      -> kustomize (renders config/ for lint, bundle, chart)
 #
 # Versions are pinned in exactly one place per tool: the go.mod of
-# sim/controlplane/gobuild and sim/vcsim/gobuild. A stamp file holds the sha256 of
-# that go.mod (and the launcher sources); when it matches, nothing is rebuilt.
+# sim/controlplane/gobuild, sim/vcsim/gobuild and hack/<tool>. A stamp
+# file holds the sha256 of that go.mod (and the sources); when it matches, nothing is
+# rebuilt.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin="$top/.build/bin"
@@ -61,10 +65,36 @@ build_vcsim() {
   echo ">>> simulator binaries built in $((SECONDS - start)) s"
 }
 
+# One binary from a small module under hack/: $1 name, $2 module dir, $3 package, $4 ldflags.
+build_hack_tool() {
+  local name=$1 mod="$top/$2" pkg=$3 ld=$4
+  local want; want=$(stamp_of "$mod/go.mod" "$mod/go.sum" $(find "$mod" -name '*.go' | sort))
+  if [[ -x "$bin/$name" && "$(cat "$bin/.$name.stamp" 2>/dev/null)" == "$want" ]]; then
+    return 0
+  fi
+  echo ">>> Building $name from Go modules ($2/go.mod) into .build/bin; the first build takes a few minutes."
+  local start=$SECONDS
+  (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin/$name" "$pkg")
+  echo "$want" > "$bin/.$name.stamp"
+  echo ">>> $name built in $((SECONDS - start)) s"
+}
+
+build_helm() {
+  local hv; hv=$(awk '$1=="require" && $2=="helm.sh/helm/v4"{print $3; exit} $1=="helm.sh/helm/v4"{print $2; exit}' "$top/hack/helm/go.mod")
+  build_hack_tool helm hack/helm helm.sh/helm/v4/cmd/helm \
+    "-s -w -X helm.sh/helm/v4/internal/version.version=$hv -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+}
+
 for what in "$@"; do
   case "$what" in
     controlplane) build_controlplane ;;
     vcsim) build_vcsim ;;
-    *) echo "usage: $0 controlplane|vcsim ..." >&2; exit 2 ;;
+    helm) build_helm ;;
+    olm-validate) build_hack_tool olm-validate hack/olm-validate . "-s -w" ;;
+    kustomize)
+      kz=$(awk '$1=="require" && $2=="sigs.k8s.io/kustomize/kustomize/v5"{print $3; exit}' "$top/hack/kustomize/go.mod")
+      build_hack_tool kustomize hack/kustomize sigs.k8s.io/kustomize/kustomize/v5 \
+        "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=$kz" ;;
+    *) echo "usage: $0 controlplane|vcsim|helm|olm-validate|kustomize ..." >&2; exit 2 ;;
   esac
 done

@@ -2,10 +2,10 @@
 
 What is checked, and against what:
 
-* every `*.yaml` parses, and every kustomization renders (`scripts.kustomize_lite`):
-  resources and generator files exist, no object is defined twice, no unsupported
-  kustomize feature hides in a file; every YAML file is reachable from a
-  kustomization, so nothing shipped is left out of `kubectl apply -k` by accident;
+* every `*.yaml` parses, and every kustomization renders with kustomize itself
+  (`scripts.kustomize`, the pinned binary): resources and generator files exist, no
+  object is defined twice; every YAML file is named by a kustomization, so nothing
+  shipped is left out of `kubectl apply -k` by accident;
 * Kubernetes kinds against the OpenAPI schemas bundled with `kubernetes-validate`,
   strictly (unknown fields are errors), for the oldest and the newest Kubernetes
   version we support (`KUBERNETES_VERSIONS`);
@@ -41,7 +41,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from scripts import kustomize_lite, pod_security
+from scripts import kustomize, pod_security
 
 __all__ = [
     "KUBERNETES_VERSIONS",
@@ -396,11 +396,11 @@ def _jsonschema_problems(schema: Mapping[str, Any], obj: Mapping[str, Any]) -> l
 
 
 def _yaml_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.yaml") if p.name != kustomize_lite.KUSTOMIZATION)
+    return sorted(p for p in root.rglob("*.yaml") if p.name != kustomize.KUSTOMIZATION)
 
 
 def _kustomizations(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.rglob(kustomize_lite.KUSTOMIZATION))
+    return sorted(p.parent for p in root.rglob(kustomize.KUSTOMIZATION))
 
 
 def validate_dashboard(path: Path) -> list[Problem]:
@@ -440,16 +440,19 @@ def _grafana(expr: str) -> str:
 def validate_config(root: Path = CONFIG) -> tuple[int, list[Problem]]:
     """(objects checked, problems) for every manifest under `root`."""
     problems: list[Problem] = []
+    try:
+        kustomize.binary()
+    except kustomize.KustomizeError as exc:
+        return 0, [str(exc)]
     crds = crd_schemas(root / "crd")
     reachable: set[Path] = set()
     for directory in _kustomizations(root):
         rel = directory.relative_to(root.parent)
         try:
-            rendered = kustomize_lite.render(directory)
-        except kustomize_lite.KustomizeError as exc:
+            kustomize.build(directory)
+        except kustomize.KustomizeError as exc:
             problems.append(f"{rel}: {exc}")
-            continue
-        reachable.update(item.source.resolve() for item in rendered)
+        reachable.update(kustomize.listed_files(directory))
     checked = 0
     for path in _yaml_files(root):
         rel = path.relative_to(root.parent)

@@ -18,6 +18,9 @@ _MAKE_TARGET = {
     "kubectl": "controlplane",
     "vcsim-af": "vcsim",
     "govc": "vcsim",
+    "kustomize": "packaging-tools",
+    "helm": "packaging-tools",
+    "olm-validate": "packaging-tools",
 }
 
 

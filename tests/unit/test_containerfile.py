@@ -6,7 +6,9 @@ final stage runs the operator as a numeric non-root user in group 0 (so any UID
 OpenShift assigns, always in group 0, can read its files) from a virtualenv with
 nothing but the wheel in it, owned by root and writable by nobody else, with HOME on
 the Deployment's writable /tmp; its build context holds everything the wheel needs,
-and the Deployment relies on exactly its entrypoint and fixes no UID or GID.
+and the Deployment relies on exactly its entrypoint and fixes no UID or GID. It is
+reproducible: the base image is pinned by digest and every Python package is installed
+from requirements.lock with hash checking and no resolution.
 """
 
 from __future__ import annotations
@@ -97,9 +99,12 @@ def test_files_belong_to_group_0_readable_by_it_and_writable_by_root_only() -> N
 def test_build_context_holds_every_module_the_wheel_packages() -> None:
     builder = _stages()[0]
     copied = {part for line in _instruction(builder, "COPY") for part in line.split()[:-1]}
-    assert copied == {"pyproject.toml", "README.md", "agentforge"}
+    locks = {"requirements.lock", "requirements-build.lock", "requirements.cdx.json"}
+    assert copied == {"pyproject.toml", "README.md", "agentforge", *locks}
     allowed = [ln for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.startswith("!")]
-    assert sorted(allowed) == ["!README.md", "!agentforge/", "!pyproject.toml"]
+    assert sorted(allowed) == sorted(
+        ["!README.md", "!agentforge/", "!pyproject.toml", *(f"!{name}" for name in locks)]
+    )
     # setuptools' packages.find (pyproject.toml) packages directories with __init__.py only:
     # a module directory without one would be missing from the image.
     for directory in sorted(p for p in (REPO / "agentforge").rglob("*") if p.is_dir()):
@@ -128,6 +133,38 @@ def test_deployment_relies_on_the_image_entrypoint_and_passes_only_flags() -> No
     assert exposed == {p["containerPort"] for p in manager["ports"]}
 
 
+def test_base_image_is_pinned_by_digest_and_swappable_for_red_hat_ubi() -> None:
+    text = CONTAINERFILE.read_text()
+    (default,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, flags=re.MULTILINE)
+    assert re.fullmatch(
+        r"docker\.io/library/python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", default
+    )
+    # The digest's source is recorded next to it, and how to choose the UBI base.
+    assert "docker-library/repo-info" in text
+    assert "registry.access.redhat.com/ubi9/python-312" in text
+    hadolint = (REPO / ".hadolint.yaml").read_text()
+    assert "registry.access.redhat.com" in hadolint, "the UBI registry is a trusted base"
+
+
+def test_every_python_package_comes_from_the_lock_with_hash_checking() -> None:
+    builder = _stages()[0]
+    (run,) = _instruction(builder, "RUN")
+    steps = [step.strip() for step in run.split("&&")]
+    installs = [s for s in steps if " pip install " in s]
+    assert installs[0] == (
+        "/opt/agentforge/bin/python -m pip install --require-hashes --no-deps "
+        "--only-binary=:all: -r requirements.lock"
+    )
+    assert (
+        "--require-hashes --no-deps --only-binary=:all: -r requirements-build.lock" in installs[1]
+    )
+    # The wheel of agentforge itself: built with the locked backend, installed alone.
+    assert any("--no-build-isolation" in s for s in steps if " pip wheel " in s)
+    assert installs[2].endswith("--no-deps --no-index /tmp/wheels/agentforge-*.whl")
+    assert "/opt/agentforge/bin/python -m pip check" in steps
+    assert "cp requirements.cdx.json /opt/agentforge/sbom.cdx.json" in steps
+
+
 def test_make_image_says_plainly_when_no_container_engine_works(tmp_path: Path) -> None:
     # An empty PATH (plus the shell tools the script needs) has no podman, buildah or docker.
     bin_dir = tmp_path / "bin"
@@ -146,3 +183,39 @@ def test_make_image_says_plainly_when_no_container_engine_works(tmp_path: Path) 
     assert result.returncode == 1
     assert "no working container engine" in result.stderr
     assert "make image IMG=example.com/agent-forge:test" in result.stderr
+
+
+def test_make_image_multiarch_says_plainly_when_no_container_engine_works(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "sed", "git", "cat", "dirname"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    result = subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "build-image.sh"),
+            "--platforms",
+            "linux/amd64,linux/arm64",
+            "example.com/agent-forge:test",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir)},
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "no working container engine" in result.stderr
+    assert "make image-multiarch IMG=example.com/agent-forge:test" in result.stderr
+
+
+def test_make_image_multiarch_builds_both_platforms() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "image-multiarch", "IMG=example.com/af:1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "scripts/build-image.sh --platforms linux/amd64,linux/arm64" in dry

@@ -1,8 +1,10 @@
-"""What ships in config/: valid offline, renderable as kustomize renders it, and secure.
+"""What ships in config/: valid offline, rendered alike by kustomize and kubectl, and secure.
 
-The validator and the renderer are the code behind `make lint` and `make deploy`; the
-tests below pin both what they accept and what they must refuse, then assert the
-Deployment's security and sizing rules one by one.
+The validator (`make lint`) and the image overlay (`make deploy`) are tested for what they
+accept and what they must refuse; kustomize (the pinned binary of `make packaging-tools`)
+and the control plane's kubectl must render every kustomization alike, since lint, the
+bundle and the chart read the one and `make deploy` applies with the other. Then the
+Deployment's security and sizing rules, one by one.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ import yaml
 from agentforge import settings
 from agentforge.api import names
 from agentforge.reconcilers import credentials
-from scripts import kustomize_lite, validate_manifests
-from scripts.deploy import apply_order, rendered
+from scripts import kustomize, validate_manifests
 from sim.paths import binary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,14 +169,8 @@ def _kustomization(directory: Path, body: dict[str, Any]) -> None:
 
 def test_a_kustomization_listing_a_missing_file_fails(tmp_path: Path) -> None:
     _kustomization(tmp_path, {"resources": ["absent.yaml"]})
-    with pytest.raises(kustomize_lite.KustomizeError, match=r"absent\.yaml.*does not exist"):
-        kustomize_lite.render(tmp_path)
-
-
-def test_a_kustomization_feature_the_renderer_lacks_is_refused_not_ignored(tmp_path: Path) -> None:
-    _kustomization(tmp_path, {"resources": [], "namePrefix": "x-"})
-    with pytest.raises(kustomize_lite.KustomizeError, match="namePrefix not supported"):
-        kustomize_lite.render(tmp_path)
+    with pytest.raises(kustomize.KustomizeError, match=r"absent\.yaml"):
+        kustomize.build(tmp_path)
 
 
 def test_an_object_defined_twice_is_refused(tmp_path: Path) -> None:
@@ -183,8 +178,21 @@ def test_an_object_defined_twice_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(cm))
     (tmp_path / "b.yaml").write_text(yaml.safe_dump(cm))
     _kustomization(tmp_path, {"resources": ["a.yaml", "b.yaml"]})
-    with pytest.raises(kustomize_lite.KustomizeError, match="defined twice"):
-        kustomize_lite.render(tmp_path)
+    with pytest.raises(kustomize.KustomizeError, match="already registered id"):
+        kustomize.build(tmp_path)
+
+
+def test_a_broken_kustomization_is_a_validation_problem_naming_its_directory(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "config"
+    shutil.copytree(CONFIG, root)
+    kustomization = root / "network-policy" / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text() + "- absent.yaml\n")
+    _, problems = validate_manifests.validate_config(root)
+    assert len(problems) == 2, problems  # network-policy itself, and default which includes it
+    assert {p.split(":")[0] for p in problems} == {"config/network-policy", "config/default"}
+    assert all("absent.yaml" in p for p in problems)
 
 
 def test_a_yaml_file_no_kustomization_lists_is_reported(tmp_path: Path) -> None:
@@ -200,35 +208,64 @@ def test_a_yaml_file_no_kustomization_lists_is_reported(tmp_path: Path) -> None:
     assert problems == ["config/manager/orphan.yaml: not listed by any kustomization.yaml"]
 
 
+def _overlay(*args: str) -> list[dict[str, Any]]:
+    """config/default through scripts/kustomize-overlay.sh, as `make deploy` renders it."""
+    made = subprocess.run(
+        [str(REPO / "scripts" / "kustomize-overlay.sh"), str(CONFIG / "default"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    overlay = Path(made.stdout.strip())
+    try:
+        return kustomize.build(overlay)
+    finally:
+        shutil.rmtree(overlay)
+
+
 @pytest.mark.parametrize(
-    ("image", "entry"),
+    "image",
     [
-        (
-            "quay.io/acme/agent-forge:v1.2",
-            {"newName": "quay.io/acme/agent-forge", "newTag": "v1.2"},
-        ),
-        ("registry:5000/agent-forge", {"newName": "registry:5000/agent-forge"}),
-        (
-            "r.example/af@sha256:" + "a" * 64,
-            {"newName": "r.example/af", "digest": "sha256:" + "a" * 64},
-        ),
+        "quay.io/acme/agent-forge:v1.2",
+        "registry:5000/agent-forge",
+        "registry:5000/team/agent-forge:v3",
+        "r.example/af@sha256:" + "a" * 64,
+        "r.example:443/af:v2@sha256:" + "a" * 64,
     ],
 )
-def test_set_image_tells_registry_ports_from_tags_and_digests(
-    image: str, entry: dict[str, str]
+def test_deploy_overlay_sets_the_image_telling_registry_ports_from_tags_and_digests(
+    image: str,
 ) -> None:
-    assert kustomize_lite.set_image(image) == {"name": "agent-forge", **entry}
+    objects = _overlay("--image", image)
+    images = [
+        c["image"]
+        for o in objects
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+    ]
+    if "@" in image:  # by digest alone, a tag next to it dropped
+        name, _, digest = image.partition("@")
+        name = name.rsplit(":", 1)[0] if ":" in name.rpartition("/")[2] else name
+        assert images == [f"{name}@{digest}"]
+    else:  # without a tag, config/default's stays, as kustomize's images field does
+        tagged = ":" in image.rpartition("/")[2]
+        assert images == [image if tagged else image + ":dev"]
 
 
-def test_deploy_renders_the_requested_image_into_the_manager() -> None:
-    objects = rendered(CONFIG / "default", image="quay.io/acme/agent-forge:v9")
-    deployments = [o for o in objects if o["kind"] == "Deployment"]
-    images = [c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]]
-    assert images == ["quay.io/acme/agent-forge:v9"]
+def test_deploy_overlay_refuses_what_is_not_an_image_reference() -> None:
+    made = subprocess.run(
+        [str(REPO / "scripts" / "kustomize-overlay.sh"), str(CONFIG / "default"), "--image", "@x"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert made.returncode == 2
+    assert "not an image reference" in made.stderr
 
 
-def test_deploy_applies_namespaces_and_crds_before_anything_else() -> None:
-    kinds = [o["kind"] for o in apply_order(rendered(CONFIG / "default"))]
+def test_kubectl_applies_namespaces_and_crds_before_anything_else() -> None:
+    # `kubectl apply -k` sends objects in kustomize's output order.
+    kinds = [o["kind"] for o in _overlay("--image", "x:1")]
     assert kinds[0] == "Namespace"
     first_other = next(
         i for i, k in enumerate(kinds) if k not in {"Namespace", "CustomResourceDefinition"}
@@ -236,29 +273,26 @@ def test_deploy_applies_namespaces_and_crds_before_anything_else() -> None:
     assert set(kinds[first_other:]).isdisjoint({"Namespace", "CustomResourceDefinition"})
 
 
+def test_undeploy_overlay_drops_the_crds_and_nothing_else() -> None:
+    everything = {kustomize.object_id(o) for o in _overlay()}
+    kept = {kustomize.object_id(o) for o in _overlay("--without-crds")}
+    assert {oid[1] for oid in everything - kept} == {"CustomResourceDefinition"}
+    assert len(everything - kept) == 2
+
+
 @pytest.mark.parametrize(
     "directory", ["default", "crd", "rbac", "manager", "network-policy", "prometheus", "samples"]
 )
-def test_offline_renderer_matches_kubectl_kustomize(directory: str, tmp_path: Path) -> None:
+def test_pinned_kustomize_renders_as_the_control_planes_kubectl(directory: str) -> None:
     kubectl = binary("kubectl")  # built by `make controlplane`; fails with that hint if missing
-    overlay = tmp_path / "overlay"
-    shutil.copytree(CONFIG, tmp_path / "config")
-    image = {"name": "agent-forge", "newName": "quay.io/acme/agent-forge", "newTag": "v9"}
-    _kustomization(
-        overlay,
-        {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": [f"../config/{directory}"],
-            "images": [image],
-        },
-    )
     output = subprocess.run(
-        [str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True, check=True
+        [str(kubectl), "kustomize", str(CONFIG / directory)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    theirs = {kustomize_lite.object_id(o): o for o in yaml.safe_load_all(output) if o}
-    ours = kustomize_lite.plain(kustomize_lite.render(overlay))
-    assert {kustomize_lite.object_id(o): o for o in ours} == theirs
+    theirs = [o for o in yaml.safe_load_all(output) if o]
+    assert kustomize.build(CONFIG / directory) == theirs
 
 
 # --- the Deployment: security ----------------------------------------------------------------

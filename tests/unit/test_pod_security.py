@@ -1,9 +1,10 @@
 """Every Pod template under config/ is admitted by OpenShift's restricted-v2 SCC and the
 restricted Pod Security Standard; each rule of the checker catches its violation.
 
-The templates are read as kustomize assembles them (`scripts.kustomize_lite`, the
-renderer `make deploy` uses and the unit tests compare with `kubectl kustomize`), from
-every kustomization under config/, so a Pod template added anywhere is checked. The
+The templates are read as kustomize assembles them (`scripts.kustomize`: the pinned
+kustomize, which tests/unit/test_manifests_valid.py compares with the kubectl
+`make deploy` applies with), from every kustomization under config/, so a Pod template
+added anywhere is checked. The
 rules themselves are in `scripts/pod_security.py`, one by one with their source.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from scripts import kustomize_lite, pod_security
+from scripts import kustomize, pod_security
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -25,8 +26,8 @@ Pod = dict[str, Any]
 
 def _shipped_templates() -> list[tuple[str, Pod]]:
     found: dict[str, Pod] = {}
-    for kustomization in sorted(CONFIG.rglob(kustomize_lite.KUSTOMIZATION)):
-        for obj in kustomize_lite.plain(kustomize_lite.render(kustomization.parent)):
+    for kustomization in sorted(CONFIG.rglob(kustomize.KUSTOMIZATION)):
+        for obj in kustomize.build(kustomization.parent):
             for pod in pod_security.pod_templates(obj):
                 meta = obj["metadata"]
                 found[f"{obj['kind']} {meta.get('namespace')}/{meta['name']}"] = pod

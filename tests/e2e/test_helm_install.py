@@ -1,0 +1,180 @@
+"""`helm install charts/agent-forge`, then the operator runs as the identity the chart made.
+
+Helm (`.build/bin/helm`, built from helm.sh/helm/v4) installs the chart into a private
+control plane that holds only the external CRDs (HyperShift, CAPI, Assisted Installer):
+our CRDs come from the chart's crds/, the ServiceAccount and RBAC from its templates.
+The control plane runs no kubelet and no kube-controller-manager, so the chart's
+Deployment never starts a pod; instead the test mints a token for the chart's
+ServiceAccount with the TokenRequest API (what the kubelet would mount) and runs the
+real operator process with it and with the flags of the chart's Deployment. A NodePool
+of one replica must then get its VM: the ClusterRole the chart installed lets the
+operator see the demand, create the VsphereAgent and write its status.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentforge.api import names
+from sim.controlplane import ControlPlane
+from sim.operator import OperatorProcess
+from sim.paths import EXTERNAL_CRDS_DIR, REPO_ROOT, binary
+from sim.vcsim import Vcsim
+from sim.world import World
+from tests.e2e.support import E2E_TIMINGS, destroy_vms, eventually
+
+CHART = REPO_ROOT / "charts" / "agent-forge"
+RELEASE_NAMESPACE = "platform-operators"
+POOL_NAMESPACE = "helm-pools"
+CONTROL_PLANE_NAMESPACE = f"clusters-{POOL_NAMESPACE}"
+POOL = "workers"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The external CRDs only: ours must come from the chart."""
+    control_plane = ControlPlane(
+        workdir=tmp_path_factory.mktemp("helm-cp"), crd_paths=[EXTERNAL_CRDS_DIR]
+    )
+    control_plane.start()
+    try:
+        yield control_plane
+    finally:
+        control_plane.stop()
+
+
+def helm(cluster: ControlPlane, *args: str) -> str:
+    result = subprocess.run(
+        [str(binary("helm")), *args],
+        env={**os.environ, "KUBECONFIG": str(cluster.admin_kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"helm {' '.join(args)}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def _get(cluster: ControlPlane, path: str) -> dict[str, Any]:
+    body: dict[str, Any] = cluster.direct_client().get(path).body
+    return body
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: ControlPlane) -> dict[str, Any]:
+    """The chart installed for the pool's two namespaces; its Deployment as the API has it."""
+    helm(
+        cluster,
+        "install",
+        "agent-forge",
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "image.repository=registry.example.com/agent-forge",
+        "--set",
+        f"namespaces={{{POOL_NAMESPACE},{CONTROL_PLANE_NAMESPACE}}}",
+    )
+    return _get(
+        cluster,
+        f"/apis/apps/v1/namespaces/{RELEASE_NAMESPACE}/deployments/agent-forge-controller-manager",
+    )
+
+
+def test_helm_installed_the_crds_rbac_and_deployment_into_the_release_namespace(
+    cluster: ControlPlane, installed: dict[str, Any]
+) -> None:
+    status = helm(cluster, "status", "agent-forge", "--namespace", RELEASE_NAMESPACE)
+    assert "STATUS: deployed" in status
+    for plural in ("vsphereagentpools", "vsphereagents"):
+        crd = _get(
+            cluster,
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{names.GROUP}",
+        )
+        assert crd["metadata"]["name"] == f"{plural}.{names.GROUP}"
+    binding = _get(
+        cluster,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/agent-forge-manager-rolebinding",
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": names.SERVICE_ACCOUNT, "namespace": RELEASE_NAMESPACE}
+    ]
+    assert binding["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    (manager,) = installed["spec"]["template"]["spec"]["containers"]
+    assert manager["image"].startswith("registry.example.com/agent-forge:")
+    assert f"--namespace={POOL_NAMESPACE}" in manager["args"]
+
+
+def _operator_args(deployment: dict[str, Any]) -> list[str]:
+    """The chart's flags, except where to listen (the harness binds to 127.0.0.1:0) and
+    with the Lease in the release namespace (a pod reads that from its token mount)."""
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = [a for a in manager["args"] if "-bind-address=" not in a]
+    return [*args, "--leader-election-namespace", RELEASE_NAMESPACE]
+
+
+@pytest.fixture
+async def operator(
+    cluster: ControlPlane, installed: dict[str, Any], tmp_path: Path
+) -> AsyncIterator[OperatorProcess]:
+    # The token the kubelet would mount: TokenRequest for the chart's ServiceAccount
+    # (it exists: Helm created it; this only asks for a token).
+    kubeconfig = cluster.serviceaccount_kubeconfig(RELEASE_NAMESPACE, names.SERVICE_ACCOUNT)
+    process = OperatorProcess(
+        kubeconfig, *_operator_args(installed), log_path=tmp_path / "operator.log"
+    )
+    process.start()
+    try:
+        await process.wait_ready(within=60)
+        await process.wait_log("became leader", within=60)
+        yield process
+    finally:
+        await process.stop()
+
+
+async def test_operator_with_the_charts_identity_creates_a_vm_for_a_waiting_agent_machine(
+    cluster: ControlPlane, vcsim: Vcsim, operator: OperatorProcess
+) -> None:
+    async with World(
+        controlplane=cluster,
+        vcsim=vcsim,
+        namespace=POOL_NAMESPACE,
+        control_plane_namespace=CONTROL_PLANE_NAMESPACE,
+        timings=E2E_TIMINGS,
+        iso_size=1024 * 1024,
+    ) as world:
+        try:
+            await world.create_infraenv()
+            await world.create_credentials()
+            await world.create_pool(POOL, folder=f"e2e/{POOL_NAMESPACE}")
+            await world.nodepool(POOL).scale(1)
+            snap = await eventually(
+                world.snapshot,
+                lambda s: len(s.vms_of_pool(POOL)) == 1 and len(s.vsphere_agents) == 1,
+                within=120,
+                what="one VM and its VsphereAgent for the waiting AgentMachine",
+            )
+            (agent,) = snap.vsphere_agents
+            assert agent["spec"]["poolRef"]["name"] == POOL
+            await world.nodepool(POOL).scale(0)
+            await eventually(
+                world.snapshot,
+                lambda s: not s.vms_of_pool(POOL) and not s.vsphere_agents,
+                within=120,
+                what="the VM and its VsphereAgent gone after scaling to 0",
+            )
+        finally:
+            leftovers = (await world.snapshot()).vms
+    await destroy_vms(vcsim, leftovers)
+    world.check()
+    log = operator.log_text()
+    assert "forbidden" not in log.lower(), "the chart's RBAC let the operator do its job"
+    assert vcsim.password not in log, "the operator logged a password"
