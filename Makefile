@@ -156,7 +156,7 @@ lint: lint-shipping
 
 .PHONY: audit
 audit: venv ## known vulnerabilities in requirements.lock (pip-audit; needs PyPI)
-	$(PY) -m scripts.audit_lock
+	$(PY) -m scripts.audit_lock --strict
 
 .PHONY: fmt-shipping
 fmt-shipping: venv ## apply ruff to scripts/
