@@ -48,6 +48,9 @@ class PoolReason(StrEnum):
     # Ready
     RECONCILED = "Reconciled"
     RECONCILE_FAILED = "ReconcileFailed"
+    FORBIDDEN = "Forbidden"
+    """Applying the plan failed because the API server refused the operator a
+    permission (403): its RBAC lacks a rule (see config/rbac)."""
     DELETING = "Deleting"
     AWAITING_CHECKS = "AwaitingChecks"
     # AgentMachineDemandFound
@@ -75,9 +78,18 @@ class PoolReason(StrEnum):
     the message says until when."""
     VCENTER_UNREACHABLE = "VcenterUnreachable"
     """vCenter did not answer within the connect/login timeout, or refused connections."""
+    VCENTER_UNTRUSTED = "VcenterUntrusted"
+    """vCenter's TLS certificate did not verify against the Secret's CA bundle and the
+    system store."""
     # ISOReady
     ISO_CACHED = "ISOCached"
     ISO_CACHE_FAILED = "ISOCacheFailed"
+    ISO_SOURCE_UNTRUSTED = "ISOSourceUntrusted"
+    """The image service's TLS certificate did not verify (system store + --iso-ca-bundle)."""
+    ISO_REDIRECT_REFUSED = "ISORedirectRefused"
+    """The image service redirected to a URL that is not https, or too often."""
+    ISO_TOO_LARGE = "ISOTooLarge"
+    """The image is larger than --iso-max-size."""
     ISO_PRUNE_FAILED = "ISOPruneFailed"
     WAITING_FOR_INFRA_ENV = "WaitingForInfraEnv"
 
