@@ -38,8 +38,8 @@ from prometheus_client import Info
 from agentforge import __version__, observability, secure_metrics, shutdown, vsphere
 from agentforge.api import kinds, rbac
 from agentforge.api import trim as api_trim
+from agentforge.kube import condition_log, leader
 from agentforge.kube import config as kube_config
-from agentforge.kube import leader
 from agentforge.kube import trim as kube_trim
 from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
@@ -249,7 +249,13 @@ async def _start(
 ) -> int:
     """Open clients, servers and informers (closed by `stack` in reverse), then lead."""
     user_agent = f"{COMPONENT}/{__version__}"
-    client = await stack.enter_async_context(KubeClient(config=cluster, user_agent=user_agent))
+    client = await stack.enter_async_context(
+        KubeClient(
+            config=cluster,
+            user_agent=user_agent,
+            status_observer=condition_log.ConditionLog().observe,  # logs that tell
+        )
+    )
     informers = _informers(settings, client)
     probes = observability.Probes()
     probes.add_readiness_check(

@@ -186,7 +186,6 @@ class InfraReconciler:
         )
         if shown is not None and (shown.reason, shown.message) == (reason, message):
             return  # said already: no event whose count would follow the other Secret
-        log.info("VsphereAgentPool %s/%s: %s", pool.metadata.namespace, pool.metadata.name, message)
         outcome.event(EventType.WARNING, InfraEvent.CREDENTIALS_NOT_SHARED, message)
 
     async def _preflight(

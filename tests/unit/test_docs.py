@@ -202,3 +202,21 @@ def test_getting_started_uses_the_names_of_the_demo() -> None:
 def test_getting_started_pool_is_valid_against_the_crd() -> None:
     crds = validate_manifests.crd_schemas()
     assert validate_manifests.validate_object(_guide_pool(), crds=crds) == []
+
+
+def test_the_reasons_marked_logged_in_operations_are_exactly_the_actionable_ones() -> None:
+    from agentforge.api.conditions import ACTIONABLE  # noqa: PLC0415
+
+    text = _text(OPERATIONS)
+    marked: set[tuple[str, str, str]] = set()
+    for kind, start, end in (
+        ("VsphereAgentPool", "### VsphereAgentPool\n", "### Sharing a credentials Secret"),
+        ("VsphereAgent", "### VsphereAgent\n", "### VM phases"),
+    ):
+        section = text[text.index(start) : text.index(end)]
+        condition = ""
+        for row in re.finditer(r"^\| (?:`(\w+)`)? *\| `(\w+)` \| ([^|]+) \|", section, re.M):
+            condition = row.group(1) or condition
+            if "logged" in row.group(3):
+                marked.add((kind, condition, row.group(2)))
+    assert marked == {(a.kind, a.type, a.reason) for a in ACTIONABLE}
