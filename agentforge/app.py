@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -37,8 +38,8 @@ from prometheus_client import Info
 from agentforge import __version__, observability, secure_metrics, shutdown, vsphere
 from agentforge.api import kinds, rbac
 from agentforge.api import trim as api_trim
+from agentforge.kube import condition_log, leader
 from agentforge.kube import config as kube_config
-from agentforge.kube import leader
 from agentforge.kube import trim as kube_trim
 from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
@@ -48,6 +49,7 @@ from agentforge.reconcilers import registry
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.secret_source import SecretCredentials
 from agentforge.settings import Settings
+from agentforge.vsphere import IsoAccess
 
 __all__ = [
     "CACHED_KINDS",
@@ -94,6 +96,7 @@ class Runtime:
     events: EventRecorder
     vsphere: vsphere.SessionRegistry
     credentials: SecretCredentials
+    iso: IsoAccess
 
 
 ControllerFactory = Callable[[Runtime], Controller | Sequence[Controller]]
@@ -108,6 +111,7 @@ def reconcilers(runtime: Runtime) -> list[Controller]:
         vsphere=runtime.vsphere,
         credentials=runtime.credentials,
         workers=runtime.settings.max_concurrent_reconciles,
+        iso=runtime.iso,
     )
     return registry.controllers(deps)
 
@@ -150,6 +154,18 @@ def login_policy(settings: Settings) -> vsphere.LoginPolicy:
     )
 
 
+def iso_access(settings: Settings, environ: Mapping[str, str]) -> vsphere.IsoAccess:
+    """How ISO downloads reach the image service: `--iso-max-size`, `--iso-ca-bundle`
+    and the proxy variables of `environ` (ValueError naming a variable that is no
+    proxy URL). vCenter connections never use a proxy."""
+    bundle = settings.iso_ca_bundle
+    return vsphere.IsoAccess(
+        limits=vsphere.IsoLimits(max_bytes=settings.iso_max_size),
+        proxies=vsphere.Proxies.from_environ(environ),
+        ca_bundle=vsphere.CaBundleFile(bundle) if bundle is not None else None,
+    )
+
+
 def cache_transform(kind: kinds.Kind) -> kube_trim.Transform:
     """What the informer of `kind` keeps of each object: the kind's trim (which interns
     keys and short strings and shares repeated small mappings, see `api.trim`; nothing
@@ -187,6 +203,11 @@ async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = 
     except kube_config.ConfigError as exc:
         log.error("cannot load the cluster configuration: %s", exc)  # noqa: TRY400
         return EXIT_CONFIG
+    try:
+        iso = iso_access(settings, os.environ)
+    except ValueError as exc:
+        log.error("cannot use the proxy settings for ISO downloads: %s", exc)  # noqa: TRY400
+        return EXIT_CONFIG
     log.info(
         "starting",
         extra={
@@ -195,12 +216,15 @@ async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = 
             "source": cluster.source,
             "namespaces": list(settings.namespaces) or "all",
             "leader_elect": settings.leader_elect,
+            "iso_downloads": iso.proxies.describe(),
+            "iso_ca_bundle": str(settings.iso_ca_bundle or "system store only"),
         },
     )
     try:
         async with contextlib.AsyncExitStack() as stack:
             code = await _start(
                 settings=settings,
+                iso=iso,
                 cluster=cluster,
                 factories=controllers,
                 stop=stop,
@@ -217,6 +241,7 @@ async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = 
 async def _start(
     *,
     settings: Settings,
+    iso: vsphere.IsoAccess,
     cluster: kube_config.ClusterConfig,
     factories: Sequence[ControllerFactory],
     stop: asyncio.Event,
@@ -224,7 +249,13 @@ async def _start(
 ) -> int:
     """Open clients, servers and informers (closed by `stack` in reverse), then lead."""
     user_agent = f"{COMPONENT}/{__version__}"
-    client = await stack.enter_async_context(KubeClient(config=cluster, user_agent=user_agent))
+    client = await stack.enter_async_context(
+        KubeClient(
+            config=cluster,
+            user_agent=user_agent,
+            status_observer=condition_log.ConditionLog().observe,  # logs that tell
+        )
+    )
     informers = _informers(settings, client)
     probes = observability.Probes()
     probes.add_readiness_check(
@@ -282,6 +313,7 @@ async def _start(
         events=EventRecorder(client=client, component=COMPONENT, host=socket.gethostname()),
         vsphere=sessions,
         credentials=credentials,
+        iso=iso,
     )
     return await _lead_and_work(
         runtime=runtime, factories=factories, elector=elector, background=background, stop=stop

@@ -7,12 +7,14 @@ kubeconfig and the vCenter of the pool's credentials Secret:
 * the spec validates against `agentforge.api.pool.VsphereAgentPool` (field by field,
   unknown fields included) and the vSphere layer can express it;
 * its InfraEnv exists and has `status.isoDownloadURL` (and ImageCreated=True), and
-  that URL answers a HEAD (or a one-byte ranged GET), TLS verified: nothing is
-  downloaded;
+  that URL answers a HEAD (or a one-byte ranged GET) as the operator downloads it:
+  TLS verified against the system store and `--iso-ca-bundle`, the proxy variables
+  of this environment honoured, redirects only to https; nothing is downloaded;
 * the credentials Secret parses (`reconcilers.credentials.parse_credentials`, the
   operator's own rules) and, when it lies in another namespace, lists the pool's in
   its allowed-namespaces annotation (`check_secret`), and `VsphereService.preflight`
-  finds the pool's placement (`reconcilers.pool_specs.placement`, the infra
+  logs in (only then is vCenter's certificate reported verified) and finds the
+  pool's placement (`reconcilers.pool_specs.placement`, the infra
   controller's translation);
 * the control plane namespace exists, AgentMachines there carry the pool's nodePool
   annotation, and no other pool serves the same NodePool;
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -90,6 +93,13 @@ def parser() -> argparse.ArgumentParser:
         help="review RBAC for this ServiceAccount (default: the operator's, "
         f"{check_rbac.DEFAULT_SERVICE_ACCOUNT}, when you may create SubjectAccessReviews; "
         "else your own permissions)",
+    )
+    parser.add_argument(
+        "--iso-ca-bundle",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA certificates trusted for the ISO URL besides the system store, as the "
+        "operator's --iso-ca-bundle (e.g. key ca-bundle.crt of ConfigMap agent-forge-trusted-ca)",
     )
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return parser
@@ -206,12 +216,13 @@ async def check_pool(
     client: KubeClient,
     sessions: vsphere.SessionRegistry,
     reviewer: check_rbac.Reviewer,
+    iso: vsphere.IsoAccess | None = None,
 ) -> list[Item]:
     """Every item for one valid pool, in reading order."""
 
     async def kube_then_iso() -> list[Item]:
         item, url = await check_probes.infraenv(client, pool)
-        return [item, await check_probes.iso_url(url)] if url else [item]
+        return [item, await check_probes.iso_url(url, access=iso)] if url else [item]
 
     async def secret_then_vsphere() -> list[Item]:
         items, credentials = await check_secret.secret(client, pool)
@@ -227,7 +238,11 @@ async def check_pool(
 
 
 async def run(
-    targets: list[Target], *, config: kube_config.ClusterConfig, as_serviceaccount: str | None
+    targets: list[Target],
+    *,
+    config: kube_config.ClusterConfig,
+    as_serviceaccount: str | None,
+    iso: vsphere.IsoAccess | None = None,
 ) -> Report:
     report = Report()
     retry = RetryPolicy(attempts=3, max_backoff=2.0)
@@ -246,7 +261,9 @@ async def run(
                         report.pools.append(PoolReport("/".join(target.key), target.source, items))
                         continue
                 assert pool is not None
-                items = await check_pool(pool, client=client, sessions=sessions, reviewer=reviewer)
+                items = await check_pool(
+                    pool, client=client, sessions=sessions, reviewer=reviewer, iso=iso
+                )
                 key = f"{pool.metadata.namespace}/{pool.metadata.name}"
                 report.pools.append(PoolReport(key, target.source, items))
         finally:
@@ -295,6 +312,16 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
 
     targets, problems = _targets(args)
+    bundle = args.iso_ca_bundle
+    if bundle is not None and not bundle.is_file():
+        problems.append(UsageError("--iso-ca-bundle", f"{bundle} is not a readable file"))
+    try:
+        iso = vsphere.IsoAccess(
+            proxies=vsphere.Proxies.from_environ(os.environ),
+            ca_bundle=vsphere.CaBundleFile(bundle) if bundle is not None else None,
+        )
+    except ValueError as exc:
+        problems.append(UsageError("environment", str(exc)))
     if problems:
         return usage(problems)
     try:
@@ -304,7 +331,9 @@ def main(argv: Sequence[str]) -> int:
     except kube_config.ConfigError as exc:
         return usage([UsageError("kubeconfig", str(exc))])
     try:
-        report = asyncio.run(run(targets, config=config, as_serviceaccount=args.as_serviceaccount))
+        report = asyncio.run(
+            run(targets, config=config, as_serviceaccount=args.as_serviceaccount, iso=iso)
+        )
     except kube_errors.KubeError as exc:  # the probes report their own; this is the rest
         Console(stderr=True, highlight=False).print(f"✗ the cluster cannot be asked: {exc}")
         return EXIT_FAIL

@@ -11,7 +11,6 @@ AgentMachines and pools belong to a NodePool, `pool_specs.placement` +
 from __future__ import annotations
 
 import math
-import ssl
 from collections import Counter
 from typing import Final
 
@@ -26,8 +25,10 @@ from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
 from agentforge.reconcilers import indexes, pool_specs
 from agentforge.redaction import redact, redact_url
+from agentforge.vsphere import iso_http
 
 __all__ = [
+    "ISO_LIMITS",
     "SESSION_OPTIONS",
     "demand",
     "human_size",
@@ -47,7 +48,7 @@ SESSION_OPTIONS: Final = vsphere.SessionOptions(
     retry_attempts=2,
     login_wait_seconds=math.inf,  # a one-shot check waits for its (bounded) login
 )
-ISO_TIMEOUT: Final = aiohttp.ClientTimeout(total=20.0, sock_connect=10.0)
+ISO_LIMITS: Final = vsphere.IsoLimits(connect_timeout_seconds=10.0, read_timeout_seconds=20.0)
 
 
 def _object_missing(exc: errors.NotFound, name: str) -> bool:
@@ -164,37 +165,52 @@ def human_size(size: int | None) -> str:
     return f"{value:.1f} {unit} ({size} bytes)"
 
 
-async def iso_url(url: str) -> Item:
-    """HEAD (else a one-byte ranged GET whose body is dropped) with TLS verified."""
+async def iso_url(url: str, *, access: vsphere.IsoAccess | None = None) -> Item:
+    """HEAD (else a one-byte ranged GET whose body is dropped) as the operator downloads:
+    TLS verified against the system store and `access`'s CA bundle (`--iso-ca-bundle`),
+    the proxy variables honoured, redirects followed only to https (`vsphere.iso_http`)."""
     subject = f"ISO URL {redact_url(url)}"
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    access = access or vsphere.IsoAccess()
     try:
-        async with aiohttp.ClientSession(
-            timeout=ISO_TIMEOUT, connector=aiohttp.TCPConnector(ssl=context), auto_decompress=False
-        ) as http:
-            async with http.head(url, allow_redirects=True) as response:
+        source = access.source(url)
+        async with iso_http.client(source, ISO_LIMITS) as http:
+            async with iso_http.request(
+                http, source, method="HEAD", headers={}, limits=ISO_LIMITS
+            ) as response:
                 status, size = response.status, _size(response)
             if status >= 400 and status not in (404, 410):  # HEAD refused: try a ranged GET
                 headers = {"Range": "bytes=0-0"}
-                async with http.get(url, headers=headers, allow_redirects=True) as response:
-                    status, size = response.status, _size(response)
-                    response.close()  # never read the body
-    except aiohttp.ClientSSLError as exc:
+                async with iso_http.get(http, source, headers=headers, limits=ISO_LIMITS) as got:
+                    status, size = got.status, _size(got)
+                    got.close()  # never read the body
+    except vsphere.IsoSourceUntrusted as exc:
         return Item(
             "iso-url",
             Status.FAIL,
             subject,
             f"TLS verification failed: {_scrub(str(exc), url)}",
-            "the operator verifies the image service's certificate against the system trust "
-            "store: serve the ISO with a certificate it trusts",
+            "the operator trusts the system store plus --iso-ca-bundle (ConfigMap "
+            "agent-forge-trusted-ca; on OpenShift the cluster's trusted CAs): add the image "
+            "service's CA there, and pass the same file here with --iso-ca-bundle",
         )
+    except vsphere.IsoRedirectRefused as exc:
+        return Item(
+            "iso-url",
+            Status.FAIL,
+            subject,
+            _scrub(str(exc), url),
+            "serve the image over https, or make the InfraEnv's isoDownloadURL the final URL",
+        )
+    except vsphere.IsoSourceError as exc:
+        return Item("iso-url", Status.FAIL, subject, _scrub(str(exc), url), "fix --iso-ca-bundle")
     except (aiohttp.ClientError, TimeoutError) as exc:
         return Item(
             "iso-url",
             Status.FAIL,
             subject,
             f"did not answer: {_scrub(str(exc), url) or type(exc).__name__}",
-            "check that the image service is up and reachable (from here and from the operator)",
+            "check that the image service is up and reachable (from here and from the "
+            "operator, directly or through HTTPS_PROXY)",
         )
     if status >= 400:
         return Item(
@@ -233,11 +249,21 @@ async def vsphere_preflight(
             "vsphere",
             Status.PASS,
             f"vCenter {credentials.netloc}",
-            f"login ok; datacenter {where.datacenter}, resource pool {where.resource_pool}, "
+            f"{_tls(credentials)}, login ok; datacenter {where.datacenter}, resource pool "
+            f"{where.resource_pool}, "
             f"network {where.network}, datastore cluster {where.datastore_cluster} and "
             f"ISO datastore {where.iso_datastore} found; folder {where.folder}",
         )
     ]
+
+
+def _tls(credentials: vsphere.Credentials) -> str:
+    """How vCenter's certificate was checked: said only after the login succeeded."""
+    if credentials.insecure:
+        return "TLS not verified (insecure)"
+    if credentials.ca_bundle_pem:
+        return "TLS verified with the Secret's CA bundle"
+    return "TLS verified with the system store"
 
 
 # --- demand ---------------------------------------------------------------------------------

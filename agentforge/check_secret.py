@@ -91,8 +91,16 @@ async def secret(
             Item("secret", Status.WARN, subject, warning, fix),
         ]
         return items, credentials
-    trust = "verified with its CA bundle" if credentials.ca_bundle_pem else "verified"
-    return [*items, Item("secret", Status.PASS, subject, f"{found}, TLS {trust}")], credentials
+    # Whether vCenter's certificate verifies is known only after the login (vsphere item).
+    trust = (
+        "its CA bundle and the system store" if credentials.ca_bundle_pem else "the system store"
+    )
+    return [
+        *items,
+        Item(
+            "secret", Status.PASS, subject, f"{found}; the certificate is checked against {trust}"
+        ),
+    ], credentials
 
 
 def _share_fix(*, own: str, ns: str, name: str) -> str:

@@ -124,6 +124,23 @@ def parse_bind_address(value: object) -> BindAddress | None:
     return BindAddress(host=host, port=port)
 
 
+_QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_QUANTITY_FACTOR = {
+    None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+}  # fmt: skip
+
+
+def parse_byte_size(value: object) -> object:
+    """A byte count as a Kubernetes quantity (`8Gi`, `500M`) or a plain number."""
+    if isinstance(value, str):
+        match = _QUANTITY.match(value.strip())
+        if match is None:
+            raise ValueError("not a size (a whole number of bytes, or e.g. 512Mi, 8Gi)")
+        return int(match.group(1)) * _QUANTITY_FACTOR[match.group(2)]
+    return value
+
+
 def _parse_bool(value: object) -> object:
     if isinstance(value, str):
         lowered = value.strip().lower()
@@ -190,6 +207,10 @@ class Settings(BaseModel):
     vsphere_max_failed_logins: int = Field(default=2, ge=1, le=100)
     vsphere_failed_login_window: Duration = timedelta(minutes=3)
     vsphere_session_idle_timeout: Duration = timedelta(minutes=30)
+    iso_ca_bundle: Path | None = None
+    iso_max_size: Annotated[int, BeforeValidator(parse_byte_size)] = Field(
+        default=8 * 2**30, ge=64 * 2**10, le=2**40
+    )
     log_level: Annotated[LogLevel, BeforeValidator(_lower_level)] = LogLevel.INFO
     log_format: Annotated[LogFormat, BeforeValidator(_lower)] = LogFormat.JSON
 
@@ -245,6 +266,14 @@ class Settings(BaseModel):
     def _cert_path_is_directory(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_dir():
             raise ValueError(f"{value} is not a directory")
+        return value
+
+    @field_validator("iso_ca_bundle")
+    @classmethod
+    def _bundle_not_a_directory(cls, value: Path | None) -> Path | None:
+        # A missing file is fine: the ConfigMap is optional and may be filled later.
+        if value is not None and value.is_dir():
+            raise ValueError(f"{value} is a directory, not a PEM file")
         return value
 
     @field_validator("metrics_cert_name", "metrics_cert_key")
@@ -547,6 +576,24 @@ OPTIONS: tuple[Option, ...] = (
         "log out and close a vCenter session no pool used for this long (default 30m)",
         "use a duration such as 30m",
         metavar="DURATION",
+    ),
+    Option(
+        "iso_ca_bundle",
+        "--iso-ca-bundle",
+        "PEM file of CA certificates trusted for ISO downloads from the image service, in "
+        "addition to the system store; re-read when it changes, none while it is missing "
+        "(the shipped manifests mount the optional ConfigMap agent-forge-trusted-ca here)",
+        "pass the path of a PEM file (it may appear later), e.g. "
+        "/etc/agent-forge/trusted-ca/ca-bundle.crt",
+        metavar="PATH",
+    ),
+    Option(
+        "iso_max_size",
+        "--iso-max-size",
+        "largest discovery ISO downloaded, as bytes or a quantity such as 8Gi (default 8Gi); "
+        "a larger image fails with ISOReady=False, ISOTooLarge",
+        "use a size from 64Ki to 1Ti such as 8Gi",
+        metavar="SIZE",
     ),
     Option(
         "log_level",

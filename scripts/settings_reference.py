@@ -34,6 +34,14 @@ def _duration(value: timedelta) -> str:
     return f"{seconds:g}s"
 
 
+def _quantity(value: int) -> str:
+    """Bytes as the largest binary unit that divides them (`8Gi`), else a number."""
+    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value and value % factor == 0:
+            return f"{value // factor}{unit}"
+    return str(value)
+
+
 def _default(option: settings.Option) -> str:
     value = settings.Settings.model_fields[option.field].default
     if option.field == "namespaces":
@@ -44,6 +52,10 @@ def _default(option: settings.Option) -> str:
         return "the pod's namespace"
     if option.field == "metrics_cert_path":
         return "unset: a self-signed certificate generated at start"
+    if option.field == "iso_ca_bundle":
+        return "unset: the system trust store only"
+    if option.field == "iso_max_size":
+        return f"`{_quantity(value)}`"
     if value is None:
         return "unset"
     if isinstance(value, bool):

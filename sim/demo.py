@@ -7,9 +7,14 @@ leads. Then the simulated world (`sim.world`: image service, InfraEnv, NodePool,
 CAPI agent provider, Assisted Installer) gets an InfraEnv, vCenter credentials and a
 VsphereAgentPool, and the sample NodePool `demo/workers` is scaled 0 -> 3 -> 1 -> 0
 while live tables show the pool's counts, the VMs in vcsim, the Agents and the
-Machines. Between 3 and 1 the leader gets SIGTERM and the standby finishes the job.
-A summary closes: how long each step took, what vCenter was asked to do, bytes of
-ISO served, API requests of the operator, leader transitions, broken rules (none).
+Machines. The pool has `spec.iso.ejectAfterInstall: true` (the seed's headline
+feature): once a worker reports Installed=True its discovery ISO is ejected, and the
+guest of one VM holds its CD-ROM door locked (vcsim's fault injection), so vCenter
+asks whether to override the lock and the operator answers that one question, once.
+Between 3 and 1 the leader gets SIGTERM and the standby finishes the job. A summary
+closes: how long each step took, what vCenter was asked to do, the ISO ejections and
+the lock question answered, bytes of ISO served, API requests of the operator,
+leader transitions, broken rules (none).
 
 `--keep` stops at 1 replica and keeps everything running until Ctrl-C, printing the
 kubeconfig and how to look around (kubectl, curl, govc). State lives in
@@ -181,6 +186,17 @@ async def _watch(
     return snap
 
 
+def _all_ejected(snap: Snapshot) -> bool:
+    """Every VsphereAgent of the pool reports ISOEjected=True (its CD-ROM is empty)."""
+    return all(
+        any(
+            c.get("type") == "ISOEjected" and c.get("status") == "True"
+            for c in (va.get("status") or {}).get("conditions") or []
+        )
+        for va in snap.vsphere_agents
+    )
+
+
 async def _scale(world: World, replicas: int) -> float:
     started = time.monotonic()
     key = f"{world.namespace}/{POOL}"
@@ -190,6 +206,7 @@ async def _scale(world: World, replicas: int) -> float:
         lambda s: (
             s.converged(pool=POOL, nodepool_key=key, replicas=replicas)
             and len(s.installed_agents()) == replicas  # the nodes joined, not just bound
+            and _all_ejected(s)  # ejectAfterInstall: the installed workers' ISOs are out
             and (replicas > 0 or not (s.machines or s.agents or s.vsphere_agents))
         ),
         title=f"NodePool {key} scaled to {replicas}",
@@ -204,14 +221,38 @@ async def _set_up_world(world: World) -> None:
     console.rule("the simulated world: InfraEnv, vCenter credentials, VsphereAgentPool")
     await world.create_infraenv()
     await world.create_credentials()
-    await world.create_pool(POOL)
+    await world.create_pool(POOL, eject_after_install=True)
     iso_url = world.infraenvs.expected_url(POOL_NAMESPACE, "discovery")
     console.print(
         f"InfraEnv {POOL_NAMESPACE}/discovery (ISO at {iso_url}), "
         f"Secret {POOL_NAMESPACE}/vsphere-credentials (vcsim {world.vcsim.server}, CA bundle), "
         f"VsphereAgentPool {POOL_NAMESPACE}/{POOL} for NodePool {POOL_NAMESPACE}/{POOL} "
-        f"(AgentMachines in {CONTROL_PLANE_NAMESPACE}, VMs in folder dc1/vm/{HOSTED_CLUSTER})"
+        f"(AgentMachines in {CONTROL_PLANE_NAMESPACE}, VMs in folder dc1/vm/{HOSTED_CLUSTER}, "
+        "spec.iso.ejectAfterInstall: true)"
     )
+
+
+async def _lock_one_door(world: World, vc: Vcsim) -> str:
+    """The guest of the first VM that powers on locks its CD-ROM door (before it is
+    installed, so its ejection meets the lock); returns the VM's name."""
+    while True:
+        snap = await world.snapshot()
+        running = [vm for vm in snap.vms_of_pool(POOL) if vm.powered_on]
+        if running:
+            vm = running[0]
+            await vc.control.lock_cdrom(vm.moref)
+            world.journal.add("guest", f"VM {vm.name} locks its CD-ROM door")
+            return vm.name
+        await asyncio.sleep(0.2)
+
+
+async def _ejections(vc: Vcsim) -> tuple[int, int]:
+    """CD-ROM disconnects the operator sent, and lock questions it answered."""
+    disconnects = [
+        e for e in await vc.control.request_log("ReconfigVM_Task") if e.get("cdrom_disconnect")
+    ]
+    answers = await vc.control.request_log("AnswerVM")
+    return len(disconnects), len(answers)
 
 
 async def _summary(
@@ -226,11 +267,20 @@ async def _summary(
     iso = world.iso_server.stats()
     requests = await cp.proxy.counts(identity=operator_identity())
     spec = await _lease(api)
+    disconnects, answers = await _ejections(vc)
     table = Table(title="summary", show_header=False)
     for step, seconds in steps:
         table.add_row(step, f"{seconds:.1f} s")
     for method in ("CreateVM_Task", "PowerOnVM_Task", "ReconfigVM_Task", "Destroy_Task"):
         table.add_row(f"vCenter {method}", str(methods.get(method, 0)))
+    table.add_row(
+        "ISO ejections (ejectAfterInstall)",
+        f"{disconnects} CD-ROM disconnect(s) of installed workers",
+    )
+    table.add_row(
+        "CD-ROM lock questions answered",
+        f"{answers} (the one guest that locked its door; AnswerVM calls)",
+    )
     table.add_row(
         "ISO served",
         f"{iso.bytes_served / 1024 / 1024:.1f} MiB in {iso.downloads} download(s), "
@@ -333,13 +383,21 @@ async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
             return 0
         await _set_up_world(world)
         await cp.proxy.reset_counts()
+        await vc.control.clear_request_log()
+        locker = asyncio.create_task(_lock_one_door(world, vc))
         try:
-            steps = [("scale 0 -> 3", await _scale(world, 3))]
+            steps = [("scale 0 -> 3 (ISOs ejected)", await _scale(world, 3))]
+            locked = await locker
+            console.print(
+                f"[green]VM {locked}'s guest locked its CD-ROM door: vCenter asked, the "
+                "operator answered that question once and ejected the ISO"
+            )
             steps.append(("leader hand-over", await _hand_over(api, leader, standby)))
             steps.append(("scale 3 -> 1", await _scale(world, 1)))
             if not keep:
                 steps.append(("scale 1 -> 0", await _scale(world, 0)))
         except DemoStuck:
+            locker.cancel()
             for op in ops:
                 console.print(Panel(op.log_text()[-3000:], title=f"{op.name} log (tail)"))
             console.print(Panel(world.journal.render(40), title="what the actors did"))

@@ -4,11 +4,17 @@ Users, alerts and the e2e suite key on these strings, so they are enums rather t
 literals scattered through the reconcilers. `set_condition` reproduces client-go's
 `meta.SetStatusCondition`: `lastTransitionTime` moves only when `status` changes, so
 a condition rewritten on every reconcile does not look like a flapping one.
+
+`ACTIONABLE` lists the (kind, condition, reason) an admin must act on, each with the
+fix, and `RETRYING` the reasons a condition passes through while the operator retries
+the same step; `agentforge.kube.condition_log` logs each actionable reason once when
+it starts and once when it clears, never per retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final
@@ -16,6 +22,7 @@ from typing import Annotated, Any, Final
 from pydantic import Field, WithJsonSchema
 
 from agentforge.api.fields import Int64, KubeModel, Time
+from agentforge.api.kinds import VSPHERE_AGENT, VSPHERE_AGENT_POOL
 
 
 class ConditionStatus(StrEnum):
@@ -48,6 +55,9 @@ class PoolReason(StrEnum):
     # Ready
     RECONCILED = "Reconciled"
     RECONCILE_FAILED = "ReconcileFailed"
+    FORBIDDEN = "Forbidden"
+    """Applying the plan failed because the API server refused the operator a
+    permission (403): its RBAC lacks a rule (see config/rbac)."""
     DELETING = "Deleting"
     AWAITING_CHECKS = "AwaitingChecks"
     # AgentMachineDemandFound
@@ -75,9 +85,18 @@ class PoolReason(StrEnum):
     the message says until when."""
     VCENTER_UNREACHABLE = "VcenterUnreachable"
     """vCenter did not answer within the connect/login timeout, or refused connections."""
+    VCENTER_UNTRUSTED = "VcenterUntrusted"
+    """vCenter's TLS certificate did not verify against the Secret's CA bundle and the
+    system store."""
     # ISOReady
     ISO_CACHED = "ISOCached"
     ISO_CACHE_FAILED = "ISOCacheFailed"
+    ISO_SOURCE_UNTRUSTED = "ISOSourceUntrusted"
+    """The image service's TLS certificate did not verify (system store + --iso-ca-bundle)."""
+    ISO_REDIRECT_REFUSED = "ISORedirectRefused"
+    """The image service redirected to a URL that is not https, or too often."""
+    ISO_TOO_LARGE = "ISOTooLarge"
+    """The image is larger than --iso-max-size."""
     ISO_PRUNE_FAILED = "ISOPruneFailed"
     WAITING_FOR_INFRA_ENV = "WaitingForInfraEnv"
 
@@ -112,6 +131,95 @@ class ISOEjectedReason(StrEnum):
     """The discovery ISO was disconnected and ejected (status True)."""
     EJECTION_FAILED = "EjectionFailed"
     """The last attempt failed; it is retried, the message says why."""
+
+
+# --- what an admin must act on ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Actionable:
+    """A condition reason that needs a person, and what that person does."""
+
+    kind: str
+    type: str
+    reason: str
+    fix: str
+
+
+_POOL, _VA = VSPHERE_AGENT_POOL.kind, VSPHERE_AGENT.kind
+_P, _V = PoolConditionType, VsphereAgentConditionType
+
+ACTIONABLE: Final[tuple[Actionable, ...]] = (
+    # credentials
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.CREDENTIALS_UNAVAILABLE,
+               "create the credentials Secret the pool names, or add the key the message names"),
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.CREDENTIALS_NOT_SHARED,
+               "whoever manages the Secret's namespace lists the pool's namespace in its "
+               "annotation agent-forge.containeroo.ch/allowed-namespaces, or use a Secret in "
+               "the pool's namespace"),
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.LOGIN_FAILED,
+               "correct username or password in the credentials Secret (a changed Secret is "
+               "tried at once)"),
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.LOGIN_DEFERRED,
+               "fix the Secrets whose password vCenter refused (pools with LoginFailed) before "
+               "vCenter SSO locks the account"),
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.VCENTER_UNREACHABLE,
+               "check the Secret's server, DNS, the NetworkPolicy's egress and vCenter itself"),
+    # TLS
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.VCENTER_UNTRUSTED,
+               "add the CA of vCenter's certificate to the Secret's caBundle"),
+    # datastore, placement, privileges
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.VSPHERE_UNAVAILABLE,
+               "fix the spec.vsphere names or the vCenter privileges the message lists"),
+    # the pool's own references
+    Actionable(_POOL, _P.INFRA_ENV_AVAILABLE, PoolReason.INFRA_ENV_NOT_FOUND,
+               "create the InfraEnv or fix spec.infraEnvRef.name"),
+    Actionable(_POOL, _P.AGENT_MACHINE_DEMAND_FOUND, PoolReason.AMBIGUOUS_POOL_MATCH,
+               "delete the duplicate pools so exactly one serves the NodePool"),
+    # ISO
+    Actionable(_POOL, _P.ISO_READY, PoolReason.ISO_CACHE_FAILED,
+               "check the InfraEnv's isoDownloadURL, the image service and the ISO datastore"),
+    Actionable(_POOL, _P.ISO_READY, PoolReason.ISO_SOURCE_UNTRUSTED,
+               "add the image service's CA to ConfigMap agent-forge-trusted-ca "
+               "(--iso-ca-bundle)"),
+    Actionable(_POOL, _P.ISO_READY, PoolReason.ISO_REDIRECT_REFUSED,
+               "serve the image over https or make the InfraEnv's URL the final one"),
+    Actionable(_POOL, _P.ISO_READY, PoolReason.ISO_TOO_LARGE,
+               "raise --iso-max-size if the image is genuine"),
+    # API permissions
+    Actionable(_POOL, _P.READY, PoolReason.FORBIDDEN,
+               "apply config/rbac of the running version"),
+    # VMs
+    Actionable(_VA, _V.READY, VsphereAgentReason.VM_NAME_CONFLICT,
+               "rename or remove the VM that holds the name (not made by this VsphereAgent)"),
+    Actionable(_VA, _V.READY, VsphereAgentReason.VM_OWNERSHIP_MISMATCH,
+               "find out who changed or replaced the VM; the operator leaves it alone"),
+    Actionable(_VA, _V.READY, VsphereAgentReason.VM_CREATE_FAILED,
+               "fix what vCenter refused (the message has its fault), e.g. privileges or space"),
+    Actionable(_VA, _V.READY, VsphereAgentReason.VM_DELETE_FAILED,
+               "fix what vCenter refused (the message has its fault)"),
+    Actionable(_VA, _V.READY, VsphereAgentReason.ADOPTED_VM_UNAVAILABLE,
+               "check the adopted VM named in the VsphereAgent"),
+    # ejection refused or failed
+    Actionable(_VA, _V.ISO_EJECTED, ISOEjectedReason.EJECTION_FAILED,
+               "see the message: a refused ejection touched nothing and waits for the VM, its "
+               "media or its Agent to match again; docs/iso-ejection.md"),
+)  # fmt: skip
+"""Every reason an admin must act on; `condition_log` logs their start and end."""
+
+RETRYING: Final[Mapping[tuple[str, str], frozenset[str]]] = {
+    (_VA, _V.READY): frozenset(
+        {
+            VsphereAgentReason.WAITING_FOR_ISO,
+            VsphereAgentReason.VM_CREATE_PENDING,
+            VsphereAgentReason.VM_CREATING,
+            VsphereAgentReason.VM_DELETING,
+        }
+    ),
+    (_VA, _V.ISO_EJECTED): frozenset({ISOEjectedReason.EJECTION_IN_PROGRESS}),
+}
+"""Reasons a condition passes through while the failed step is retried: they neither
+start nor clear an actionable problem."""
 
 
 # --- the Condition shape -------------------------------------------------------------

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
 from enum import StrEnum
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Final
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, JsonValue, StringConstraints
 
 from agentforge.api import names
 from agentforge.api.conditions import Conditions, ISOEjectedReason
@@ -89,7 +89,9 @@ class VsphereSpec(KubeModel):
     folder: Annotated[str, StringConstraints(max_length=512)] | None = Field(
         default=None, json_schema_extra=immutable("folder")
     )
-    """The VM folder path; empty means the hosted cluster's name."""
+    """The VM folder path; empty means the hosted cluster's name. The folder in effect
+    cannot change: neither a set folder nor, by setting or clearing this field, the
+    default (the hosted cluster's name)."""
     network: VsphereName
     """The network (port group) of the VM's NIC."""
     vm_tags: list[str] = Field(default_factory=list, max_length=64, alias="vmTags")
@@ -152,8 +154,25 @@ class ISOSpec(KubeModel):
     """Disconnect and eject the discovery ISO once the VM's Agent reports Installed=True."""
 
 
+_EFFECTIVE_FOLDER = (
+    "(has({o}.vsphere.folder) && {o}.vsphere.folder != '' ? {o}.vsphere.folder "
+    ": {o}.hostedClusterRef.name)"
+)
+FOLDER_RULE: Final[dict[str, JsonValue]] = {
+    "rule": f"{_EFFECTIVE_FOLDER.format(o='self')} == {_EFFECTIVE_FOLDER.format(o='oldSelf')}",
+    "message": "the VM folder (spec.vsphere.folder, else spec.hostedClusterRef.name) is "
+    "immutable: setting, changing or clearing spec.vsphere.folder may not change it; "
+    "create another pool for another folder",
+}
+"""The effective folder is immutable, not only a set `folder`: a field-level
+`self == oldSelf` runs only when old and new both have the field, so setting an unset
+folder would move new VMs to a second folder while the pool's old VMs stay behind."""
+
+
 class VsphereAgentPoolSpec(KubeModel):
     """The desired state of a VsphereAgentPool."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [FOLDER_RULE]})
 
     hosted_cluster_ref: LocalObjectReference = Field(
         json_schema_extra=immutable("hostedClusterRef")

@@ -20,7 +20,9 @@ certificate), addresses resources by `agentforge.api.kinds.Kind`, and promises:
   with Kubernetes verbs (get/list/watch/create/update/patch/delete) and `code` the
   HTTP status or `error` for transport failures.
 * `update_status` is the optimistic-concurrency loop reconcilers use: GET fresh
-  state, apply `mutate`, PUT `/status` with that resourceVersion, redo on 409.
+  state, apply `mutate`, PUT `/status` with that resourceVersion, redo on 409. A
+  `status_observer` sees each write made (the object before and as stored): the app
+  logs conditions an admin must act on there (`condition_log`).
 
 Watches are not retried here (see `agentforge.kube.watch`); the informer decides.
 """
@@ -49,12 +51,15 @@ __all__ = [
     "ListResult",
     "Mutation",
     "RetryPolicy",
+    "StatusObserver",
 ]
 
 log = logging.getLogger(__name__)
 
 JsonObj = dict[str, Any]
 Mutation = Callable[[JsonObj], JsonObj | None]
+StatusObserver = Callable[[Kind, JsonObj, JsonObj], None]
+"""Told of each status write `update_status` made: kind, object before, object stored."""
 
 _MERGE_PATCH = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
@@ -83,8 +88,10 @@ class KubeClient:
         retry: RetryPolicy | None = None,
         request_timeout: float = 30.0,
         user_agent: str = "agent-forge",
+        status_observer: StatusObserver | None = None,
     ) -> None:
         self.config = config
+        self._status_observer = status_observer
         self._transport = Transport(
             config=config, retry=retry, request_timeout=request_timeout, user_agent=user_agent
         )
@@ -326,7 +333,7 @@ class KubeClient:
                 "resourceVersion"
             ]
             try:
-                return await self.replace_status(kind, desired)
+                stored = await self.replace_status(kind, desired)
             except errors.Conflict as exc:
                 last = exc
                 log.debug(
@@ -337,8 +344,19 @@ class KubeClient:
                     attempt,
                     attempts,
                 )
+                continue
+            self._observe(kind, current, stored)
+            return stored
         assert last is not None
         raise last
+
+    def _observe(self, kind: Kind, before: JsonObj, after: JsonObj) -> None:
+        if self._status_observer is None:
+            return
+        try:
+            self._status_observer(kind, before, after)
+        except Exception:  # an observer never fails a write that succeeded
+            log.exception("the status observer failed on %s", kind.kind)
 
     # --- plumbing --------------------------------------------------------------------
 

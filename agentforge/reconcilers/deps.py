@@ -3,14 +3,14 @@
 The app builds one `Deps` after it wins the Lease and hands it to each controller
 factory. Reconcilers read Kubernetes state only through `informers` (the cache) and
 write through `client`; they reach vCenter only through `vsphere`, with credentials
-from `credentials`. `now` is the injected clock, so planners and tests never read the
-wall clock themselves.
+from `credentials`, and image services as `iso` says (trust, proxy, limits). `now`
+is the injected clock, so planners and tests never read the wall clock themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -19,6 +19,7 @@ from agentforge.api import kinds
 from agentforge.kube.client import KubeClient
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
+from agentforge.vsphere import IsoAccess
 
 
 class CredentialsError(Exception):
@@ -55,6 +56,8 @@ class Deps:
     credentials: CredentialsSource
     now: Callable[[], datetime] = utcnow
     workers: int = 1
+    iso: IsoAccess = field(default_factory=IsoAccess)
+    """How image services are reached: limits, proxy, extra trusted CAs (the flags)."""
 
     def informer(self, kind: kinds.Kind) -> Informer:
         return self.informers[kind]

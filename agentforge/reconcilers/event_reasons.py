@@ -39,6 +39,7 @@ class InfraEvent(StrEnum):
     LOGIN_FAILED = "LoginFailed"
     LOGIN_DEFERRED = "LoginDeferred"
     VCENTER_UNREACHABLE = "VcenterUnreachable"
+    VCENTER_UNTRUSTED = "VcenterUntrusted"
     INFRA_ENV_NOT_FOUND = "InfraEnvNotFound"
     ISO_URL_MISSING = "ISOURLMissing"
     ISO_CACHE_FAILED = "ISOCacheFailed"

@@ -99,6 +99,7 @@ class InfraReconciler:
             infra_envs=deps.informer(kinds.INFRA_ENV),
             agents=deps.informer(kinds.VSPHERE_AGENT),
             limits=iso_limits,
+            access=deps.iso,
         )
         self.gate = gate.PreflightGate()
         self._generations: dict[str, int] = {}  # the pool generation credentials were read for
@@ -185,7 +186,6 @@ class InfraReconciler:
         )
         if shown is not None and (shown.reason, shown.message) == (reason, message):
             return  # said already: no event whose count would follow the other Secret
-        log.info("VsphereAgentPool %s/%s: %s", pool.metadata.namespace, pool.metadata.name, message)
         outcome.event(EventType.WARNING, InfraEvent.CREDENTIALS_NOT_SHARED, message)
 
     async def _preflight(
@@ -300,6 +300,8 @@ def _login_reason(exc: vsphere.SessionUnavailable) -> tuple[PoolReason, InfraEve
         return PoolReason.LOGIN_DEFERRED, InfraEvent.LOGIN_DEFERRED
     if isinstance(exc, vsphere.VcenterUnreachable):
         return PoolReason.VCENTER_UNREACHABLE, InfraEvent.VCENTER_UNREACHABLE
+    if exc.fault == vsphere.UNTRUSTED_CERTIFICATE_FAULT:
+        return PoolReason.VCENTER_UNTRUSTED, InfraEvent.VCENTER_UNTRUSTED
     return PoolReason.VSPHERE_UNAVAILABLE, InfraEvent.VSPHERE_UNAVAILABLE
 
 

@@ -73,12 +73,19 @@ class IsoInputs:
     infra_envs: Informer
     agents: Informer
     limits: vsphere.IsoLimits | None = None
+    """Overrides `access.limits` (tests)."""
+    access: vsphere.IsoAccess = field(default_factory=vsphere.IsoAccess)
+    """Trust, proxy and limits of downloads from the image service (the flags)."""
     swept: dict[str, datetime] = field(default_factory=dict)
     """When this process last looked for stale uploads of a pool (by `ns/name`)."""
 
     @property
+    def effective_limits(self) -> vsphere.IsoLimits:
+        return self.limits or self.access.limits
+
+    @property
     def stale_upload_age(self) -> timedelta:
-        return (self.limits or vsphere.IsoLimits()).stale_upload_age
+        return self.effective_limits.stale_upload_age
 
     def forget(self, key: str) -> None:
         self.swept.pop(key, None)
@@ -125,28 +132,19 @@ async def check_iso(
         return
     log.info("checking the ISO of pool %s/%s: %s", ns, pool.metadata.name, due.value)
     where = pool_specs.iso_location(pool)
+    limits = inputs.effective_limits
     try:
         result = await service.ensure_iso(
-            source=vsphere.IsoSource(url=url),
+            source=inputs.access.source(url),
             where=where,
             prefix=prefix,
             previous=iso_cache.previous_record(status, url=url),
-            limits=inputs.limits,
+            limits=limits,
         )
     except vsphere.VsphereError as exc:
-        fix = (
-            f"check InfraEnv {ns}/{ref} and that its ISO URL answers"
-            if isinstance(exc, vsphere.IsoSourceError)
-            else "it is retried with backoff"
-        )
+        reason, fix = _failure(exc, ns=ns, ref=ref, limits=limits)
         message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
-        log.warning("pool %s/%s: %s", ns, pool.metadata.name, message)
-        outcome.condition(
-            PoolConditionType.ISO_READY,
-            ok=False,
-            reason=PoolReason.ISO_CACHE_FAILED,
-            message=message,
-        )
+        outcome.condition(PoolConditionType.ISO_READY, ok=False, reason=reason, message=message)
         outcome.event(EventType.WARNING, InfraEvent.ISO_CACHE_FAILED, message)
         outcome.retry = True
         return
@@ -245,6 +243,38 @@ def _kept_by_other_pools(pool: VsphereAgentPool, pools: Informer) -> set[str]:
             if other.status.iso.path:
                 kept.add(other.status.iso.path)
     return kept
+
+
+MAX_SIZE_FLAG = "--iso-max-size"
+CA_BUNDLE_FLAG = "--iso-ca-bundle"
+TRUSTED_CA_CONFIGMAP = "agent-forge-trusted-ca"
+
+
+def _failure(
+    exc: vsphere.VsphereError, *, ns: str, ref: str, limits: vsphere.IsoLimits
+) -> tuple[PoolReason, str]:
+    """The ISOReady reason of a failed check and the fix an admin applies."""
+    if isinstance(exc, vsphere.SizeLimitExceeded):
+        return PoolReason.ISO_TOO_LARGE, (
+            f"the limit is {limits.max_bytes} bytes, set by {MAX_SIZE_FLAG}: raise "
+            f"{MAX_SIZE_FLAG} if the image is genuine, else check InfraEnv {ns}/{ref}"
+        )
+    if isinstance(exc, vsphere.IsoSourceUntrusted):
+        return PoolReason.ISO_SOURCE_UNTRUSTED, (
+            "add the CA of the image service's certificate to the PEM file of "
+            f"{CA_BUNDLE_FLAG}: key ca-bundle.crt of ConfigMap {TRUSTED_CA_CONFIGMAP}, which "
+            "OpenShift fills with the cluster's trusted CAs (proxy/cluster spec.trustedCA)"
+        )
+    if isinstance(exc, vsphere.IsoRedirectRefused):
+        return PoolReason.ISO_REDIRECT_REFUSED, (
+            "serve the image over https, or make the InfraEnv's isoDownloadURL the final https URL"
+        )
+    if isinstance(exc, vsphere.IsoSourceError):
+        return (
+            PoolReason.ISO_CACHE_FAILED,
+            f"check InfraEnv {ns}/{ref} and that its ISO URL answers",
+        )
+    return PoolReason.ISO_CACHE_FAILED, "it is retried with backoff"
 
 
 def _waiting(outcome: Outcome, event_reason: InfraEvent, message: str) -> None:

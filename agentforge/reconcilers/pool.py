@@ -75,6 +75,10 @@ class PoolEvent(StrEnum):
 class _StepFailed(Exception):
     """One API call of the plan failed; the message names the object and the fix."""
 
+    def __init__(self, message: str, *, forbidden: bool = False) -> None:
+        super().__init__(message)
+        self.forbidden = forbidden
+
 
 def _hint(exc: errors.KubeError) -> str:
     if isinstance(exc, errors.Forbidden):
@@ -125,16 +129,17 @@ class PoolReconciler:
             return Result(requeue=True)
         plan = planner.plan(self._source.snapshot(pool, now=now))
         failure: str | None = None
+        forbidden = False
         owned: list[JsonObj] = []
         try:
             owned = await self._apply(pool, obj, plan)
         except _StepFailed as exc:
-            failure = str(exc)
+            failure, forbidden = str(exc), exc.forbidden
         desired = status_.desired_from_plan(
             plan,
             generation=pool.metadata.generation,
             owned_vms=owned if failure is None else self._cached_owned(obj),
-            ready=pool_conditions.failed(message=failure) if failure else None,
+            ready=pool_conditions.failed(message=failure, forbidden=forbidden) if failure else None,
         )
         await self._write_status(pool, obj, desired, now=now)
         await self._report(pool, obj, plan, failure)
@@ -164,7 +169,10 @@ class PoolReconciler:
                 return False
             raise _StepFailed(f"could not {action}: {exc}; {_hint(exc)}") from exc
         except errors.KubeError as exc:
-            raise _StepFailed(f"could not {action}: {exc}; {_hint(exc)}") from exc
+            raise _StepFailed(
+                f"could not {action}: {exc}; {_hint(exc)}",
+                forbidden=isinstance(exc, errors.Forbidden),
+            ) from exc
         return True
 
     async def _apply(

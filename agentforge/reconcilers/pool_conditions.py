@@ -181,11 +181,11 @@ def ready(
     )
 
 
-def failed(*, message: str) -> ConditionDecision:
-    """Ready when applying the plan failed (the controller retries)."""
-    return ConditionDecision(
-        PoolConditionType.READY, ConditionStatus.FALSE, PoolReason.RECONCILE_FAILED, message
-    )
+def failed(*, message: str, forbidden: bool = False) -> ConditionDecision:
+    """Ready when applying the plan failed (the controller retries); `forbidden`: the
+    API server refused the operator a permission, which only an admin can grant."""
+    reason = PoolReason.FORBIDDEN if forbidden else PoolReason.RECONCILE_FAILED
+    return ConditionDecision(PoolConditionType.READY, ConditionStatus.FALSE, reason, message)
 
 
 def deleting(*, remaining: int) -> ConditionDecision:

@@ -10,12 +10,15 @@ from agentforge.vsphere.cdrom import EjectOutcome, EjectState
 from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.datastore import DatastoreFile, Location
 from agentforge.vsphere.errors import (
+    UNTRUSTED_CERTIFICATE_FAULT,
     AlreadyExists,
     ConnectionFailed,
     CreationInFlight,
     InvalidSpec,
     InvalidState,
+    IsoRedirectRefused,
     IsoSourceError,
+    IsoSourceUntrusted,
     LoginDeferred,
     LoginFailed,
     LoginPending,
@@ -34,7 +37,8 @@ from agentforge.vsphere.errors import (
     VsphereError,
 )
 from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
-from agentforge.vsphere.iso import IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
+from agentforge.vsphere.iso import IsoAccess, IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
+from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
 from agentforge.vsphere.logins import LoginPolicy
 from agentforge.vsphere.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
@@ -46,9 +50,12 @@ from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
 from agentforge.vsphere.task_facts import TaskFacts, TaskState
 
 __all__ = [
+    "UNTRUSTED_CERTIFICATE_FAULT",
     "WAIT_FOR_LOGIN",
     "AccountKey",
     "AlreadyExists",
+    "CaBundle",
+    "CaBundleFile",
     "Cdrom",
     "Choice",
     "ConnectionFailed",
@@ -61,11 +68,14 @@ __all__ = [
     "Hardware",
     "InvalidSpec",
     "InvalidState",
+    "IsoAccess",
     "IsoLimits",
     "IsoRecord",
+    "IsoRedirectRefused",
     "IsoResult",
     "IsoSource",
     "IsoSourceError",
+    "IsoSourceUntrusted",
     "Location",
     "LoginDeferred",
     "LoginFailed",
@@ -83,6 +93,7 @@ __all__ = [
     "PlacementInvalid",
     "PowerState",
     "Problem",
+    "Proxies",
     "Question",
     "QuestionRefused",
     "ScsiType",

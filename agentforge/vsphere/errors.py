@@ -29,6 +29,10 @@ class VsphereError(Exception):
         self.fault = fault
 
 
+UNTRUSTED_CERTIFICATE_FAULT = "SSLCertVerificationError"
+"""The `fault` of an error whose cause is vCenter's certificate failing verification."""
+
+
 class TransientError(VsphereError):
     """Worth retrying: connection trouble, a busy object, an expired session, HTTP 503."""
 
@@ -144,7 +148,25 @@ class IsoSourceError(VsphereError):
 
 
 class SizeLimitExceeded(IsoSourceError):
-    """The ISO is larger than the configured limit; the upload was abandoned."""
+    """The ISO is larger than the configured limit; the upload was abandoned.
+
+    `limit` and `size` (bytes; `size` None when the source announced none and the
+    body went past the limit) let the caller name the setting that sets the limit."""
+
+    def __init__(
+        self, message: str, *, subject: str = "", limit: int = 0, size: int | None = None
+    ) -> None:
+        super().__init__(message, subject=subject)
+        self.limit = limit
+        self.size = size
+
+
+class IsoSourceUntrusted(IsoSourceError):
+    """The image service's TLS certificate did not verify against the trusted CAs."""
+
+
+class IsoRedirectRefused(IsoSourceError):
+    """The image service redirected to a URL that is not https, or too often."""
 
 
 _TRANSIENT_FAULTS: tuple[type[BaseException], ...] = (
@@ -246,7 +268,7 @@ def classify(exc: BaseException, *, subject: str, action: str) -> VsphereError:
             f"{where} failed: the vCenter certificate is not trusted ({exc.verify_message}); "
             "add its CA bundle to the credentials, or set insecure only for a lab",
             subject=subject,
-            fault="SSLCertVerificationError",
+            fault=UNTRUSTED_CERTIFICATE_FAULT,
         )
     if isinstance(exc, http.client.HTTPException):
         status = _http_status(str(exc))

@@ -18,8 +18,10 @@ Promises:
   Content-Length) a conditional GET is sent; 304 (not naming another ETag), or a 200
   carrying the same strong validators (two different ETags are never the same
   version), plus the final file present on the datastore -> nothing is downloaded;
-- TLS to the source is verified (optional CA bundle); size and timeouts are limits;
-  bytes downloaded are counted (metric and result).
+- TLS to the source is verified (the system store plus an optional CA bundle), the
+  environment's proxy settings are honoured and redirects are followed only to
+  https (`iso_http`); size, redirects and timeouts are limits; bytes downloaded are
+  counted (metric and result).
 - errors name the source by its shown form (`redaction.redact_url`): the image
   service's API key, in the path (`/byapikey/<JWT>/`) or the query, is in no message.
 
@@ -41,15 +43,15 @@ reports the result; the streaming upload itself is `iso_upload`.
 from __future__ import annotations
 
 import asyncio
-import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import aiohttp
 
 from agentforge.redaction import redact_url
-from agentforge.vsphere import datastore, errors, metrics
+from agentforge.vsphere import datastore, errors, iso_http, metrics
+from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
 from agentforge.vsphere.iso_upload import final_path, transfer
 from agentforge.vsphere.session import Session
 
@@ -103,8 +105,13 @@ class Validators:
 
 @dataclass(frozen=True, slots=True)
 class IsoSource:
+    """Where the ISO is and how to reach it (see `iso_http`)."""
+
     url: str
-    ca_bundle_pem: str | None = None
+    ca_bundle: CaBundle | None = None
+    """Trusted in addition to the system store."""
+    proxies: Proxies = field(default_factory=Proxies)
+    """The environment's proxy settings (`Proxies.from_environ`); none by default."""
     insecure: bool = False
 
 
@@ -115,6 +122,8 @@ STALE_UPLOAD_MARGIN = 10
 @dataclass(frozen=True, slots=True)
 class IsoLimits:
     max_bytes: int = 8 * 1024**3
+    max_redirects: int = 5
+    """Redirects followed per request, each only to https (`iso_http.get`)."""
     connect_timeout_seconds: float = 30.0
     read_timeout_seconds: float = 120.0
     chunk_bytes: int = 1024 * 1024
@@ -140,6 +149,21 @@ class IsoLimits:
         """
         idle = self.connect_timeout_seconds + self.read_timeout_seconds
         return max(STALE_UPLOAD_FLOOR, timedelta(seconds=idle * STALE_UPLOAD_MARGIN))
+
+
+@dataclass(frozen=True, slots=True)
+class IsoAccess:
+    """How this process reaches image services (from its flags and environment)."""
+
+    limits: IsoLimits = field(default_factory=IsoLimits)
+    proxies: Proxies = field(default_factory=Proxies)
+    ca_bundle: CaBundleFile | None = None
+    """Extra trusted CAs, read again when the file changes."""
+
+    def source(self, url: str) -> IsoSource:
+        """The `IsoSource` of `url`; `IsoSourceError` when the CA bundle is unreadable."""
+        bundle = self.ca_bundle.current() if self.ca_bundle is not None else None
+        return IsoSource(url=url, ca_bundle=bundle, proxies=self.proxies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +238,9 @@ async def _ensure(
             headers["If-None-Match"] = previous.validators.etag
         if previous.validators.last_modified:
             headers["If-Modified-Since"] = previous.validators.last_modified
-    async with _client(source, limits) as client:
+    async with iso_http.client(source, limits) as client:
         try:
-            async with client.get(source.url, headers=headers, auto_decompress=False) as resp:
+            async with iso_http.get(client, source, headers=headers, limits=limits) as resp:
                 validators = Validators.of(resp.headers)
                 if resp.status == 304 and previous is not None:
                     # A 304 naming another ETag than the one asked about is no answer.
@@ -255,8 +279,8 @@ async def _ensure(
                     raise _source_error(source, resp.status)
             # 304 but the file is gone from the datastore (or the 304 contradicted the
             # stored ETag): fetch it again, unconditionally.
-            async with client.get(
-                source.url, headers={"Accept-Encoding": "identity"}, auto_decompress=False
+            async with iso_http.get(
+                client, source, headers={"Accept-Encoding": "identity"}, limits=limits
             ) as resp:
                 if resp.status != 200:
                     raise _source_error(source, resp.status)
@@ -328,25 +352,6 @@ async def _upload(
         validators=validators,
         bytes_downloaded=done.size,
         reused=done.reused,
-    )
-
-
-def _client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
-    ctx: ssl.SSLContext | bool
-    if source.insecure:
-        ctx = False
-    else:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-        if source.ca_bundle_pem:
-            ctx.load_verify_locations(cadata=source.ca_bundle_pem)
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=ctx, limit=4),
-        timeout=aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=limits.connect_timeout_seconds,
-            sock_read=limits.read_timeout_seconds,
-        ),
-        auto_decompress=False,
     )
 
 

@@ -64,8 +64,10 @@ async def transfer(
     if declared is not None and declared > limits.max_bytes:
         raise errors.SizeLimitExceeded(
             f"the ISO at {redact_url(str(resp.url))} is {declared} bytes, over the limit of "
-            f"{limits.max_bytes}; raise the limit or check the InfraEnv",
+            f"{limits.max_bytes} bytes",
             subject=redact_url(str(resp.url)),
+            limit=limits.max_bytes,
+            size=declared,
         )
     hasher = ChunkHasher()
     counted = [0]
@@ -89,6 +91,7 @@ async def transfer(
                         f"the ISO at {redact_url(str(resp.url))} exceeds the limit of "
                         f"{limits.max_bytes} bytes; upload abandoned",
                         subject=redact_url(str(resp.url)),
+                        limit=limits.max_bytes,
                     )
                 await hasher.add(chunk)
                 counted[0] += len(chunk)

@@ -192,7 +192,9 @@ class SessionRegistry:
             outcome = session
         self._logins.pop(key, None)
         if isinstance(outcome, errors.SessionUnavailable):
-            log.warning("login to vCenter %s (credentials #%s) failed: %s", key, key.tag, outcome)
+            # Info: every retry lands here; the pools' VsphereReady start is the warning
+            # (`kube.condition_log`), logged once.
+            log.info("login to vCenter %s (credentials #%s) failed: %s", key, key.tag, outcome)
             if fresh:
                 await session.close()
         self._notify(key, outcome if isinstance(outcome, errors.SessionUnavailable) else None)

@@ -19,8 +19,11 @@ on it:
   later than the previous version's even when both were made within one second
   (HTTP dates have a resolution of one second), so `If-Modified-Since` alone sees it.
 - Tests can change an image (`change`), make an InfraEnv's URLs answer an error
-  (`fail`/`heal`) and read what was served (`stats`: requests, full downloads, 304s,
-  errors and body bytes).
+  (`fail`/`heal`), make one URL answer a redirect (`redirect`), and read what was
+  served (`stats`: requests, full downloads, 304s, errors and body bytes).
+- Given an `ssl_context` it serves HTTPS (`base_url` says `https://`), e.g. with a
+  certificate of a private CA (`sim.controlplane.pki.new_ca`), as an image service
+  behind an internal CA does.
 
 The tag in the URL is free: any tag serves the current image (a new URL for a new
 version is the InfraEnv stand-in's choice, as the real image service makes one).
@@ -34,6 +37,7 @@ import hmac
 import json
 import random
 import secrets
+import ssl
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -125,9 +129,17 @@ Key = tuple[str, str]
 class IsoServer:
     """The image service; `async with IsoServer() as server:` or `start()`/`stop()`."""
 
-    def __init__(self, *, host: str = "127.0.0.1", size: int = DEFAULT_ISO_SIZE) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        size: int = DEFAULT_ISO_SIZE,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.host = host
         self.size = size
+        self.ssl_context = ssl_context
+        self._redirects: dict[tuple[str, str, str], tuple[int, str]] = {}
         self._images: dict[Key, IsoImage] = {}
         self._history: dict[str, IsoImage] = {}
         self._failing: dict[Key, int] = {}
@@ -147,7 +159,7 @@ class IsoServer:
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
+        site = web.TCPSite(self._runner, self.host, 0, ssl_context=self.ssl_context)
         await site.start()
         self._port = int(self._runner.addresses[0][1])
         return self
@@ -169,7 +181,14 @@ class IsoServer:
     def base_url(self) -> str:
         if not self._port:
             raise RuntimeError("the ISO server is not started")
-        return f"http://{self.host}:{self._port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RuntimeError("the ISO server is not started")
+        return self._port
 
     # --- images --------------------------------------------------------------------------
 
@@ -245,6 +264,15 @@ class IsoServer:
 
     def heal(self, namespace: str, infraenv: str) -> None:
         self._failing.pop((namespace, infraenv), None)
+        for key in [k for k in self._redirects if k[:2] == (namespace, infraenv)]:
+            del self._redirects[key]
+
+    def redirect(
+        self, namespace: str, infraenv: str, *, tag: str, to: str, status: int = 302
+    ) -> None:
+        """`url(namespace, infraenv, tag=tag)` answers `status` with `Location: to`
+        until `heal` (other tags serve the image as before)."""
+        self._redirects[(namespace, infraenv, tag)] = (status, to)
 
     def stats(self, namespace: str | None = None, infraenv: str | None = None) -> IsoStats:
         total = IsoStats()
@@ -277,6 +305,12 @@ class IsoServer:
         return web.json_response({"ok": True, "images": len(self._images)})
 
     async def _serve_open(self, request: web.Request) -> web.StreamResponse:
+        info = request.match_info
+        redirect = self._redirects.get((info["namespace"], info["infraenv"], info["tag"]))
+        if redirect is not None:
+            stats = self._stats.setdefault((info["namespace"], info["infraenv"]), IsoStats())
+            stats.requests += 1
+            return web.Response(status=redirect[0], headers={"Location": redirect[1]})
         return await self._serve(
             request, (request.match_info["namespace"], request.match_info["infraenv"])
         )

@@ -4,7 +4,8 @@ One CA signs the serving certificates of the apiserver and of the fault proxy, s
 client that trusts `ca.crt` verifies both (the proxy is a drop-in for the apiserver).
 The ServiceAccount signing key is a separate RSA pair so that TokenRequest works.
 `issue_serving_pair` signs more serving certificates with the same CA (the operator's
-/metrics certificate in tests, which scrapers then verify with `ca.crt`).
+/metrics certificate in tests, which scrapers then verify with `ca.crt`); `new_ca`
+makes a separate private CA (an image service's, trusted only where a test says).
 Certificates carry the extensions strict verifiers (Go, OpenSSL 3 with
 VERIFY_X509_STRICT) insist on: basic constraints, key usage, subject and authority
 key identifiers, and SANs `localhost` / `127.0.0.1` / `::1`.
@@ -67,10 +68,12 @@ def _name(common_name: str) -> x509.Name:
     )
 
 
-def _new_ca() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def _new_ca(
+    common_name: str = "agent-forge-test-ca",
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    name = _name("agent-forge-test-ca")
+    name = _name(common_name)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -101,7 +104,11 @@ def _new_ca() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
 
 
 def _new_serving_cert(
-    *, common_name: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate
+    *,
+    common_name: str,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    hosts: tuple[str, ...] = (),
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
@@ -109,6 +116,7 @@ def _new_serving_cert(
         x509.DNSName("localhost"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(ipaddress.ip_address("::1")),
+        *(x509.DNSName(host) for host in hosts),
     ]
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
@@ -145,14 +153,32 @@ def _new_serving_cert(
     return key, cert
 
 
-def issue_serving_pair(ca: KeyPair, directory: Path, *, common_name: str) -> KeyPair:
-    """A serving certificate for localhost / 127.0.0.1 / ::1 signed by `ca`, written to
-    `directory` as `tls.crt` and `tls.key` (the layout of a `kubernetes.io/tls` Secret)."""
+def new_ca(directory: Path, *, common_name: str = "agent-forge-test-ca") -> KeyPair:
+    """A fresh CA alone (`ca.crt`, `ca.key` in `directory`), e.g. a private CA that a
+    test trusts or not, apart from the control plane's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key, cert = _new_ca(common_name)
+    pair = KeyPair(
+        cert=_write(directory / "ca.crt", cert.public_bytes(serialization.Encoding.PEM)),
+        key=_write(directory / "ca.key", _key_pem(key)),
+    )
+    pair.cert.chmod(0o644)
+    return pair
+
+
+def issue_serving_pair(
+    ca: KeyPair, directory: Path, *, common_name: str, hosts: tuple[str, ...] = ()
+) -> KeyPair:
+    """A serving certificate for localhost / 127.0.0.1 / ::1 (and the DNS names
+    `hosts`) signed by `ca`, written to `directory` as `tls.crt` and `tls.key` (the
+    layout of a `kubernetes.io/tls` Secret)."""
     ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{ca.key} is not the EC key this module makes")
     ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
-    key, cert = _new_serving_cert(common_name=common_name, ca_key=ca_key, ca_cert=ca_cert)
+    key, cert = _new_serving_cert(
+        common_name=common_name, ca_key=ca_key, ca_cert=ca_cert, hosts=hosts
+    )
     directory.mkdir(parents=True, exist_ok=True)
     return KeyPair(
         cert=_write(directory / "tls.crt", cert.public_bytes(serialization.Encoding.PEM)),

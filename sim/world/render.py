@@ -1,9 +1,9 @@
 """A snapshot of the world as rich tables: what `make demo` shows live.
 
-One table each for the pool (its counts and conditions), the VMs (power, ISO, the
-phase the pool gives them, their Agent), the Agents (host state, installation,
-binding) and the NodePool's Machines with their AgentMachines, plus the tail of the
-actors' journal. Pure rendering: a `Snapshot` in, a rich renderable out.
+One table each for the pool (its counts and conditions), the VMs (power, ISO, its
+ISOEjected condition, the phase the pool gives them, their Agent), the Agents (host
+state, installation, binding) and the NodePool's Machines with their AgentMachines,
+plus the tail of the actors' journal. Pure rendering: a `Snapshot` in, a rich renderable out.
 """
 
 from __future__ import annotations
@@ -71,16 +71,19 @@ def _stack(*parts: RenderableType) -> Table:
 
 def vm_table(snap: Snapshot, pool: str) -> Table:
     table = Table(title="vSphere VMs (vcsim)", expand=True)
-    for column in ("VM", "power", "ISO", "phase", "Agent", "host state"):
+    for column in ("VM", "power", "ISO", "ISOEjected", "phase", "Agent", "host state"):
         table.add_column(column)
     phases = {v.get("name"): v for v in snap.pool_status(pool).get("ownedVMs") or []}
+    by_name = {va["metadata"]["name"]: va for va in snap.vsphere_agents}
     for vm in snap.vms_of_pool(pool):
         agent = snap.agent_of_vm(vm)
         owned = phases.get(vm.name) or {}
+        va = by_name.get(vm.extra_config.get(names.VM_MARKER_VSPHERE_AGENT, ""))
         table.add_row(
             vm.name,
             Text("on", style="green") if vm.powered_on else Text("off", style="red"),
             ", ".join(d[:12] for d in vm.iso_digests) or Text("ejected", style="dim"),
+            _cond(va, "ISOEjected"),
             str(owned.get("phase", "-")),
             agent["metadata"]["name"][:8] if agent else "-",
             _state(agent),

@@ -86,7 +86,7 @@ async def demo_world(
         try:
             await world.create_infraenv()
             await world.create_credentials()
-            await world.create_pool("workers")
+            await world.create_pool("workers", eject_after_install=True)  # as sim/demo.py
             operator.start()
             await operator.wait_ready(within=60)
             # A Lease left by an earlier test's operator expires within its 15 s.

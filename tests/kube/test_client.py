@@ -277,3 +277,38 @@ async def test_a_410_error_event_in_a_watch_raises_gone(
     listed = await kube.list(CONFIGMAP, namespace=namespace)
     with pytest.raises(errors.Gone):
         await _consume(kube, namespace, listed.resource_version)
+
+
+async def test_the_status_observer_sees_each_write_made_once_with_before_and_stored(
+    kube: client.KubeClient, namespace: str, controlplane: ControlPlane
+) -> None:
+    seen: list[tuple[str, str | None, str]] = []
+
+    def observe(kind: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
+        state = ((before.get("status") or {}).get("debugInfo") or {}).get("state")
+        seen.append((kind.kind, state, after["status"]["debugInfo"]["state"]))
+
+    cfg = await config.load_config(kubeconfig=controlplane.admin_kubeconfig, environ={})
+    async with client.KubeClient(config=cfg, status_observer=observe) as observed:
+        await observed.create(AGENT, agent("a4"), namespace=namespace)
+        other_writer = controlplane.direct_client()
+        attempts = 0
+
+        def mutate(obj: dict[str, Any]) -> dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
+            if attempts == 1:  # the first PUT loses a race: it is no write
+                other_writer.request(
+                    "PATCH",
+                    AGENT.path(namespace=namespace, name="a4"),
+                    body={"metadata": {"labels": {"bumped": "yes"}}},
+                    content_type="application/merge-patch+json",
+                    expect=(200,),
+                )
+            obj.setdefault("status", {})["debugInfo"] = {"state": f"v{attempts}"}
+            return obj
+
+        await observed.update_status(AGENT, namespace=namespace, name="a4", mutate=mutate)
+        await observed.update_status(AGENT, namespace=namespace, name="a4", mutate=lambda o: None)
+    assert attempts == 2
+    assert seen == [("Agent", None, "v2")]

@@ -96,6 +96,41 @@ def test_references_and_control_plane_namespace_are_immutable(api: RestClient, p
         )
 
 
+def _patch(api: RestClient, url: str, vsphere: dict[str, Any], *, expect: int) -> str:
+    answer = api.request(
+        "PATCH",
+        url,
+        body={"spec": {"vsphere": vsphere}},
+        content_type="application/merge-patch+json",
+        expect=(expect,),
+    )
+    return str(answer.body)
+
+
+def test_the_effective_folder_cannot_change_by_setting_changing_or_clearing_it(
+    api: RestClient, pools: str
+) -> None:
+    """An unset folder means the hosted cluster's name ("demo"): setting it to another
+    folder would send new VMs elsewhere, so it is refused as a change is."""
+    api.post(pools, new_pool(MINIMAL_SPEC))
+    url = f"{pools}/demo-worker"
+    refused = _patch(api, url, {"folder": "elsewhere"}, expect=422)  # unset -> set
+    assert "the VM folder (spec.vsphere.folder, else spec.hostedClusterRef.name)" in refused
+    _patch(api, url, {"folder": "demo"}, expect=200)  # the folder in effect already
+    assert "immutable" in _patch(api, url, {"folder": "elsewhere"}, expect=422)  # set -> set
+    _patch(api, url, {"folder": None}, expect=200)  # cleared: still "demo"
+
+    other = copy.deepcopy(MINIMAL_SPEC)
+    other["nodePoolRef"] = {"name": "other"}
+    other["vsphere"]["folder"] = "vms/other"
+    created = new_pool(other)
+    created["metadata"]["name"] = "other"
+    api.post(pools, created)
+    refused = _patch(api, f"{pools}/other", {"folder": None}, expect=422)  # set -> unset
+    assert "setting, changing or clearing spec.vsphere.folder" in refused
+    _patch(api, f"{pools}/other", {"datastoreCluster": "dsc2"}, expect=200)  # others may change
+
+
 def test_a_full_pool_status_survives_a_status_write_unpruned(api: RestClient, pools: str) -> None:
     created = api.post(pools, new_pool(MINIMAL_SPEC)).body
     status = to_wire(VsphereAgentPool.model_validate(read_fixture("go_pool.yaml")))["status"]

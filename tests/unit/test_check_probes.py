@@ -473,3 +473,35 @@ async def test_demand_without_agent_machines_warns_and_names_the_nodepools_seen(
     assert nodepool.status is Status.PASS
     (missing,) = await check_probes.demand(FakeKube(), pool())  # type: ignore[arg-type]
     assert (missing.subject, missing.message) == ("Namespace clusters-hc1", "does not exist")
+
+
+async def test_the_iso_url_is_probed_as_the_operator_downloads(tmp_path: Any) -> None:
+    """A private CA fails until --iso-ca-bundle names it; a redirect to http fails."""
+    import ssl  # noqa: PLC0415
+
+    from agentforge import vsphere  # noqa: PLC0415
+    from sim.actors.isoserver import IsoServer  # noqa: PLC0415
+    from sim.controlplane import pki  # noqa: PLC0415
+
+    ca = pki.new_ca(tmp_path / "ca")
+    pair = pki.issue_serving_pair(ca, tmp_path / "tls", common_name="images")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pair.cert, pair.key)
+    async with IsoServer(size=64 * 1024, ssl_context=context) as secure, IsoServer() as plain:
+        secure.publish("ns", "ie")
+        url = secure.url("ns", "ie")
+        untrusted = await check_probes.iso_url(url)
+        assert untrusted.status is Status.FAIL
+        assert untrusted.message.startswith("TLS verification failed")
+        assert "--iso-ca-bundle" in untrusted.fix
+        access = vsphere.IsoAccess(ca_bundle=vsphere.CaBundleFile(ca.cert))
+        trusted = await check_probes.iso_url(url, access=access)
+        assert (trusted.status, trusted.message) == (
+            Status.PASS,
+            "HTTP 200, 64.0 KiB (65536 bytes)",
+        )
+        secure.redirect("ns", "ie", tag="old", to=plain.url("ns", "ie"))
+        refused = await check_probes.iso_url(secure.url("ns", "ie", tag="old"), access=access)
+        assert refused.status is Status.FAIL
+        assert "only redirects to https are followed" in refused.message
+        assert plain.stats().requests == 0

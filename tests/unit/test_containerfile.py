@@ -93,7 +93,10 @@ def test_files_belong_to_group_0_readable_by_it_and_writable_by_root_only() -> N
     mounts = {m["mountPath"]: m["name"] for m in manager["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert "emptyDir" in volumes[mounts["/tmp"]], "the only writable path"
-    assert set(mounts) == {"/tmp"}
+    read_only = {m["mountPath"] for m in manager["volumeMounts"] if m.get("readOnly")}
+    assert set(mounts) - read_only == {"/tmp"}
+    trusted_ca = volumes[mounts["/etc/agent-forge/trusted-ca"]]["configMap"]
+    assert trusted_ca == {"name": "agent-forge-trusted-ca", "optional": True}
 
 
 def test_build_context_holds_every_module_the_wheel_packages() -> None:

@@ -1,8 +1,9 @@
 """The user docs agree with the code: generated tables current, names real, links alive.
 
 Docs drift silently; these tests pin every name a reader might copy from them
-(condition and event reasons, metric names, make targets, the demo's objects)
-to the code that defines it.
+(condition and event reasons, condition types, metric names, alert names, operator
+flags, make targets, immutable fields, the demo's objects, the memory figures of the
+benchmark) to the code that defines it. A failure names the page and the unknown name.
 """
 
 from __future__ import annotations
@@ -121,12 +122,169 @@ def test_every_operator_metric_is_documented_in_operations() -> None:
     assert missing == []
 
 
+# --- every name the docs use exists in the code ------------------------------------------
+#
+# Each test scans every page under docs/ (design records and the generated reference
+# included) and the README, and fails listing "<page>: <unknown name>".
+
+ALL_DOCS = [*sorted(DOCS.rglob("*.md")), REPO / "README.md"]
+EXTERNAL_REASONS = frozenset({"NoSuitableAgents", "InstallationInProgress"})
+"""Condition reasons of other projects the docs quote (CAPI's AgentMachine `Ready`, the
+Assisted Installer's Agent `Installed`)."""
+EXTERNAL_CONDITIONS = frozenset(
+    {"Installed", "Bound", "ImageCreated", "Validated", "RequirementsMet"}
+)
+"""Condition types of the Assisted Installer's Agents and InfraEnvs."""
+
+
+def _named(pattern: str, *, group: int = 1) -> list[tuple[str, str]]:
+    """(page, name) for every match of `pattern` in every page."""
+    return [
+        (str(path.relative_to(REPO)), match.group(group))
+        for path in ALL_DOCS
+        for match in re.finditer(pattern, _text(path))
+    ]
+
+
+def _unknown(named: list[tuple[str, str]], known: set[str] | frozenset[str]) -> list[str]:
+    return sorted({f"{page}: {name}" for page, name in named if name not in known})
+
+
+def _assert_known(
+    named: list[tuple[str, str]], known: set[str] | frozenset[str], what: str
+) -> None:
+    unknown = _unknown(named, known)
+    assert not unknown, f"{what} named in the docs but not in the code:\n  " + "\n  ".join(unknown)
+
+
+def _reasons() -> set[str]:
+    enums: list[type] = [
+        PoolReason, VsphereAgentReason, ISOEjectedReason, VMReason,
+        PoolEvent, InfraEvent, VmEvent, ScaleUpEvent, EjectionEvent,
+    ]  # fmt: skip
+    return {member.value for enum in enums for member in enum} | EXTERNAL_REASONS
+
+
+def _conditions() -> set[str]:
+    types = {t.value for t in PoolConditionType} | {t.value for t in VsphereAgentConditionType}
+    return types | EXTERNAL_CONDITIONS
+
+
 def test_every_metric_named_in_the_docs_exists() -> None:
-    exported = validate_manifests.exported_metric_names()
-    pattern = r"`((?:agent_forge|workqueue|leader_election|process)_[a-z_]+)"
-    named = {m for path in USER_DOCS for m in re.findall(pattern, _text(path))}
+    named = _named(r"\b((?:agent_forge|workqueue|leader_election|process)_[a-z0-9_]*[a-z0-9])\b")
     assert named, "the docs name metrics"
-    assert sorted(n for n in named if n not in exported and not n.endswith("_")) == []
+    _assert_known(named, validate_manifests.exported_metric_names(), "metrics")
+
+
+def test_every_alert_named_in_the_docs_is_a_rule() -> None:
+    rule = yaml.safe_load(_text(REPO / "config" / "prometheus" / "prometheus_rule.yaml"))
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    named = _named(r"\b(AgentForge[A-Z]\w+)")
+    assert named, "the docs name alerts"
+    _assert_known(named, alerts, "alerts (config/prometheus/prometheus_rule.yaml)")
+
+
+def test_every_operator_flag_named_in_the_docs_exists() -> None:
+    """A flag of several words whose first word is one of the operator's (`--vsphere-...`,
+    `--iso-...`, `--metrics-...`) must be a flag of `agentforge run` or `agentforge
+    check` (one-word flags such as kubectl's `--as` are left alone)."""
+    from agentforge import check, settings  # noqa: PLC0415
+
+    ours = {option.flag for option in settings.OPTIONS}
+    ours |= {flag for action in check.parser()._actions for flag in action.option_strings}
+    words = {flag.removeprefix("--").split("-")[0] for flag in ours if flag.startswith("--")}
+    named = [
+        (page, flag)
+        for page, flag in _named(r"(?<![\w-])(--[a-z][a-z0-9-]*[a-z0-9])")
+        if "-" in flag.removeprefix("--") and flag.removeprefix("--").split("-")[0] in words
+    ]
+    assert named, "the docs name flags"
+    _assert_known(named, ours, "flags (settings.OPTIONS, agentforge check)")
+
+
+def test_every_condition_reason_named_in_the_docs_exists() -> None:
+    """`reason X`, `Type=False, X` / `Type=False/X` and `Type=False` alone name
+    conditions and reasons; each must be one the code sets (or a quoted external one)."""
+    reasons = _named(r"\breasons? `([A-Z]\w+)`")
+    typed = r"`([A-Z]\w+)=(?:True|False|Unknown)(?:[,/] ?(?:reason )?([A-Z]\w+))?`"
+    reasons += [(page, name) for page, name in _named(typed, group=2) if name]
+    conditions = _named(typed)
+    assert reasons, "the docs name condition reasons"
+    _assert_known(reasons, _reasons(), "condition or event reasons")
+    _assert_known(conditions, _conditions(), "condition types")
+
+
+@pytest.mark.parametrize("page", ["operations.md", "iso-ejection.md", "upgrade.md"])
+def test_every_reason_in_a_table_exists(page: str) -> None:
+    """In a table with a `reason` column, each backticked reason is one the code has."""
+    named: list[tuple[str, str]] = []
+    column = None
+    for line in _text(DOCS / page).splitlines():
+        cells = (
+            [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        )
+        if not cells:
+            column = None
+        elif column is None and "reason" in cells:
+            column = cells.index("reason")
+        elif column is not None and column < len(cells):
+            named += [(page, m) for m in re.findall(r"^`([A-Z]\w+)`$", cells[column])]
+    assert named or page != "operations.md"
+    _assert_known(named, _reasons(), "reasons")
+
+
+def test_the_immutable_fields_listed_in_upgrade_are_the_crds() -> None:
+    from agentforge.api import crdgen  # noqa: PLC0415
+
+    def immutable(schema: dict[str, object], path: str) -> set[str]:
+        found: set[str] = set()
+        rules = schema.get("x-kubernetes-validations") or []
+        if any(r.get("rule") == "self == oldSelf" for r in rules):  # type: ignore[union-attr]
+            found.add(path)
+        for key, child in (schema.get("properties") or {}).items():  # type: ignore[union-attr]
+            found |= immutable(child, f"{path}.{key}" if path else key)
+        return found
+
+    fields: set[str] = set()
+    for crd in crdgen.render_all().values():
+        root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        fields |= immutable(root["properties"]["spec"], "spec")
+    upgrade = _text(DOCS / "upgrade.md")
+    section = upgrade[upgrade.index("**Nine spec fields are immutable.**") :]
+    section = section[: section.index("\n\n- **")]
+    listed = set(re.findall(r"`(spec\.[\w.]+)`", section.split("For `spec.vsphere.folder`")[0]))
+    assert listed == fields
+    assert len(fields) == 9, "the heading says nine"
+
+
+def test_memory_figures_agree_with_the_benchmark() -> None:
+    bench = _text(REPO / "bench" / "results" / "latest.md")
+    steady = re.search(r"\| RSS, steady, caches synced \| ([\d.]+) \| MB", bench)
+    empty = re.search(r"\| RSS, same process with empty caches \| ([\d.]+) \| MB", bench)
+    per_object = re.search(r"\| cache cost per object \| ([\d,]+) \| bytes", bench)
+    assert steady is not None
+    assert empty is not None
+    assert per_object is not None
+    figures = [
+        f"{round(float(steady.group(1)))} MB",
+        f"{round(float(empty.group(1)))} MB",
+        f"{int(per_object.group(1).replace(',', '')) / 1000:.1f} KB",
+    ]
+    manager = _text(REPO / "config" / "manager" / "manager.yaml")
+    for page, text in (
+        ("docs/installation.md", _text(DOCS / "installation.md")),
+        ("docs/scaling.md", _text(DOCS / "scaling.md")),
+        ("config/manager/manager.yaml", manager),
+    ):
+        assert [f for f in figures if f not in " ".join(text.split())] == [], page
+    deployment = next(d for d in yaml.safe_load_all(manager) if d and d["kind"] == "Deployment")
+    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+    request, limit = resources["requests"]["memory"], resources["limits"]["memory"]
+    installation = _text(DOCS / "installation.md")
+    for quantity in (request, limit):
+        mib = f"{quantity.removesuffix('Mi')} MiB"
+        assert mib in installation
+        assert mib in _text(DOCS / "scaling.md")
 
 
 def _make_targets() -> set[str]:
@@ -202,3 +360,21 @@ def test_getting_started_uses_the_names_of_the_demo() -> None:
 def test_getting_started_pool_is_valid_against_the_crd() -> None:
     crds = validate_manifests.crd_schemas()
     assert validate_manifests.validate_object(_guide_pool(), crds=crds) == []
+
+
+def test_the_reasons_marked_logged_in_operations_are_exactly_the_actionable_ones() -> None:
+    from agentforge.api.conditions import ACTIONABLE  # noqa: PLC0415
+
+    text = _text(OPERATIONS)
+    marked: set[tuple[str, str, str]] = set()
+    for kind, start, end in (
+        ("VsphereAgentPool", "### VsphereAgentPool\n", "### Sharing a credentials Secret"),
+        ("VsphereAgent", "### VsphereAgent\n", "### VM phases"),
+    ):
+        section = text[text.index(start) : text.index(end)]
+        condition = ""
+        for row in re.finditer(r"^\| (?:`(\w+)`)? *\| `(\w+)` \| ([^|]+) \|", section, re.M):
+            condition = row.group(1) or condition
+            if "logged" in row.group(3):
+                marked.add((kind, condition, row.group(2)))
+    assert marked == {(a.kind, a.type, a.reason) for a in ACTIONABLE}

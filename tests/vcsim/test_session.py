@@ -11,6 +11,7 @@ import pytest
 
 from agentforge.vsphere import (
     Credentials,
+    Location,
     LoginFailed,
     PermissionDenied,
     SessionOptions,
@@ -122,3 +123,27 @@ def test_session_options_defaults_are_production_values() -> None:
     opts = SessionOptions()
     assert opts.max_workers >= 2
     assert opts.retry_attempts >= 3
+
+
+async def test_vcenter_connections_ignore_the_proxy_environment(
+    credentials: Credentials, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy variables are for ISO downloads only (`vsphere.iso_http`): pyVmomi's
+    SOAP connection and the session's HTTP client (datastore files, tagging REST) go to
+    vCenter directly even when they are set, in either case."""
+    from sim.http_proxy import ForwardProxy  # noqa: PLC0415 (only this test needs it)
+
+    async with ForwardProxy() as proxy:
+        for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        registry = SessionRegistry(options=FAST)
+        try:
+            service = VsphereService(registry=registry, credentials=credentials)
+            assert await service.vm_by_uuid(datacenter="dc1", bios_uuid="5" * 32) is None
+            where = Location(datacenter="dc1", datastore="iso-ds")
+            assert not await service.file_exists(where=where, path="no-such/file.iso")
+        finally:
+            await registry.close()
+        assert proxy.requests == []

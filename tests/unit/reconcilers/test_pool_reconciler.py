@@ -167,17 +167,32 @@ async def test_the_infra_controllers_conditions_are_kept_and_feed_ready() -> Non
     assert written["iso"] == {"path": "[iso-ds] x.iso"}
 
 
-async def test_a_failed_step_is_reported_and_retried() -> None:
+@pytest.mark.parametrize(
+    ("fault", "reason", "fix"),
+    [
+        (
+            errors.Forbidden(status=403, reason="Forbidden", message="agents is forbidden"),
+            "Forbidden",
+            "config/rbac",
+        ),
+        (
+            errors.Invalid(status=422, reason="Invalid", message="denied by a webhook"),
+            "ReconcileFailed",
+            "admission webhooks",
+        ),
+    ],
+)
+async def test_a_failed_step_is_reported_and_retried(
+    fault: errors.KubeError, reason: str, fix: str
+) -> None:
     h = world()
-    h.api.faults[("patch", "Agent")] = errors.Forbidden(
-        status=403, reason="Forbidden", message="agents is forbidden"
-    )
+    h.api.faults[("patch", "Agent")] = fault
     result = await reconcile(h)
     assert getattr(result, "requeue", False) is True
     ready = next(c for c in status(h)["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "ReconcileFailed")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
     assert f"patch Agent {NS}/a1" in ready["message"]
-    assert "config/rbac" in ready["message"]
+    assert fix in ready["message"]
     warning = next(e for e in h.events.events if e.reason == "ApplyFailed")
     assert warning.type == "Warning"
     assert "a1" in warning.message
