@@ -181,6 +181,7 @@ def test_no_network_policy_in_the_bundle_and_nothing_from_config_dropped_unseen(
         "ClusterRole",
         "Service",
         "PodDisruptionBudget",
+        "ConfigMap",  # agent-forge-trusted-ca: OpenShift injects the trusted CAs into it
     }
 
 

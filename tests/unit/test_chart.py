@@ -107,11 +107,12 @@ def test_values_set_image_namespaces_replicas_and_resources_in_the_release_names
     assert deployment["spec"]["replicas"] == 3
     (manager,) = deployment["spec"]["template"]["spec"]["containers"]
     assert manager["image"] == "quay.io/acme/agent-forge@sha256:" + "c" * 64
-    assert manager["args"][-3:] == [
-        "--log-level=debug",
-        "--namespace=clusters",
-        "--namespace=clusters-example",
-    ]
+    args = manager["args"]
+    assert {"--log-level=debug", "--namespace=clusters", "--namespace=clusters-example"} <= set(
+        args
+    )
+    assert args.index("--namespace=clusters") < args.index("--namespace=clusters-example")
+    assert not any(a.startswith("--log-level=") and a != "--log-level=debug" for a in args)
     assert manager["resources"]["limits"]["memory"] == "1Gi"
     bindings = [o for o in objects if o["kind"] in {"ClusterRoleBinding", "RoleBinding"}]
     assert bindings
