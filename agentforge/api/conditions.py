@@ -78,6 +78,10 @@ class PoolReason(StrEnum):
     # ISOReady
     ISO_CACHED = "ISOCached"
     ISO_CACHE_FAILED = "ISOCacheFailed"
+    ISO_INVALID = "ISOInvalid"
+    """The image service answered, but not with a bootable ISO 9660 image (an HTML or
+    JSON error page, an archive, a tiny or truncated body): nothing was uploaded, and
+    the ISO cached before, if any, stays in use."""
     ISO_PRUNE_FAILED = "ISOPruneFailed"
     WAITING_FOR_INFRA_ENV = "WaitingForInfraEnv"
 

@@ -8,8 +8,9 @@ path (`/byapikey/<JWT>/<version>/<arch>/<tag>.iso`), `query` puts it in the quer
 wrong key answers 401. What it promises, because the operator's ISO cache is built
 on it:
 
-- Images are deterministic bytes (an ISO 9660 volume descriptor at 32 KiB, then
-  pseudo-random data seeded by namespace, InfraEnv and version): the same InfraEnv
+- Images are deterministic, bootable ISO 9660 images (`iso9660`: El Torito boot
+  record, a data file of pseudo-random bytes seeded by namespace, InfraEnv and
+  version), of the size the server was made with: the same InfraEnv
   and version always hash the same, different ones never do, so the sha256 in a
   CD-ROM's content-addressed file name tells the Assisted Installer which InfraEnv
   a VM boots.
@@ -32,9 +33,7 @@ import base64
 import hashlib
 import hmac
 import json
-import random
 import secrets
-import struct
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -44,35 +43,21 @@ from typing import Literal, Self
 
 from aiohttp import web
 
+from sim.actors.iso9660 import build_iso
+
 __all__ = ["DEFAULT_ISO_SIZE", "IsoImage", "IsoServer", "IsoStats", "UrlAuth", "discovery_iso"]
 
 UrlAuth = Literal["none", "byapikey", "query"]
 """Where an image URL carries the key: nowhere, in the path, in the query."""
 
 DEFAULT_ISO_SIZE = 1024 * 1024
-_SECTOR = 2048
-_SYSTEM_AREA = 16 * _SECTOR
 
 
 def discovery_iso(seed: str, size: int = DEFAULT_ISO_SIZE) -> bytes:
-    """Deterministic bytes that look like an ISO 9660 image to `file` and friends."""
-    if size < _SYSTEM_AREA + 3 * _SECTOR:
-        raise ValueError(f"an ISO needs at least {_SYSTEM_AREA + 3 * _SECTOR} bytes")
-    volume_id = ("RHCOS-" + hashlib.sha256(seed.encode()).hexdigest()[:20]).upper()
-    pvd = bytearray(_SECTOR)
-    pvd[0:7] = b"\x01CD001\x01"  # primary volume descriptor, version 1
-    pvd[8:40] = b"LINUX".ljust(32)
-    pvd[40:72] = volume_id.encode().ljust(32)
-    blocks = size // _SECTOR
-    pvd[80:88] = struct.pack("<I", blocks) + struct.pack(">I", blocks)  # both-endian
-    pvd[128:132] = struct.pack("<H", _SECTOR) + struct.pack(">H", _SECTOR)
-    pvd[881] = 1  # file structure version
-    terminator = bytearray(_SECTOR)
-    terminator[0:7] = b"\xffCD001\x01"
-    header = bytes(_SYSTEM_AREA) + bytes(pvd) + bytes(terminator)
+    """A deterministic, bootable ISO 9660 image (El Torito) of `size` bytes (`iso9660`)."""
+    volume_id = ("RHCOS_" + hashlib.sha256(seed.encode()).hexdigest()[:20]).upper()
     banner = f"agent-forge simulated discovery image {seed}\n".encode()
-    filler = random.Random(seed).randbytes(size - len(header) - len(banner))
-    return header + banner + filler
+    return build_iso(volume_id=volume_id, size=size, payload=banner, seed=seed)
 
 
 @dataclass(frozen=True, slots=True)
