@@ -104,7 +104,8 @@ class VsphereAgentReason(StrEnum):
 
 
 class ISOEjectedReason(StrEnum):
-    """Reasons of a VsphereAgent's ISOEjected condition (the seed's five)."""
+    """Reasons of a VsphereAgent's ISOEjected condition (the seed's five, and
+    `NoOwnedMedia`: nothing of the pool's was there to eject)."""
 
     DISABLED = "Disabled"
     """The pool has not opted in (`spec.iso.ejectAfterInstall` is false)."""
@@ -113,9 +114,16 @@ class ISOEjectedReason(StrEnum):
     EJECTION_IN_PROGRESS = "EjectionInProgress"
     """A recorded ejection (`status.isoEjection`) is being carried out."""
     EJECTED = "Ejected"
-    """The discovery ISO was disconnected and ejected (status True)."""
+    """The discovery ISO was disconnected and ejected (status True): by agent-forge, or
+    found so (every CD-ROM disconnected and empty); the message says which."""
     EJECTION_FAILED = "EjectionFailed"
     """The last attempt failed; it is retried, the message says why."""
+    NO_OWNED_MEDIA = "NoOwnedMedia"
+    """Installed, but no CD-ROM of the VM holds one of the pool's cached ISOs
+    (`[<isoDatastore>] <pathPrefix>/<sha256>.iso`) while something else is attached (a
+    look-alike file, a device): nothing was ejected, and what is attached stays (the
+    message names each medium and why it is not the pool's). Not counted as ejected;
+    looked at again when the Agent is installed again."""
 
 
 # --- the Condition shape -------------------------------------------------------------
