@@ -20,7 +20,8 @@ on it:
   later than the previous version's even when both were made within one second
   (HTTP dates have a resolution of one second), so `If-Modified-Since` alone sees it.
 - Tests can change an image (`change`), make an InfraEnv's URLs answer an error
-  (`fail`/`heal`) and read what was served (`stats`: requests, full downloads, 304s,
+  (`fail`/`heal`) or 200 with something that is no image (`answer_instead`: an HTML
+  login page, a JSON error), and read what was served (`stats`: requests, full downloads, 304s,
   errors and body bytes).
 
 The tag in the URL is free: any tag serves the current image (a new URL for a new
@@ -116,6 +117,7 @@ class IsoServer:
         self._images: dict[Key, IsoImage] = {}
         self._history: dict[str, IsoImage] = {}
         self._failing: dict[Key, int] = {}
+        self._instead: dict[Key, tuple[bytes, str]] = {}
         self._stats: dict[Key, IsoStats] = {}
         self._signing_key = secrets.token_bytes(32)
         self._by_id: dict[str, Key] = {}
@@ -230,6 +232,14 @@ class IsoServer:
 
     def heal(self, namespace: str, infraenv: str) -> None:
         self._failing.pop((namespace, infraenv), None)
+        self._instead.pop((namespace, infraenv), None)
+
+    def answer_instead(
+        self, namespace: str, infraenv: str, body: bytes, *, content_type: str = "text/html"
+    ) -> None:
+        """Every URL of the InfraEnv answers 200 with `body` (an expired link's login
+        page, a proxy's error page...) instead of the image, until `heal`."""
+        self._instead[(namespace, infraenv)] = (body, content_type)
 
     def stats(self, namespace: str | None = None, infraenv: str | None = None) -> IsoStats:
         total = IsoStats()
@@ -287,6 +297,10 @@ class IsoServer:
             stats.errors += 1
             status = failing or 404
             return web.Response(status=status, text=f"no discovery image for {key[0]}/{key[1]}\n")
+        instead = self._instead.get(key)
+        if instead is not None:
+            stats.bytes_served += len(instead[0])
+            return web.Response(body=instead[0], headers={"Content-Type": instead[1]})
         headers = {
             "ETag": image.etag,
             "Last-Modified": format_datetime(image.last_modified, usegmt=True),
