@@ -97,6 +97,10 @@ class PoolReason(StrEnum):
     """The image service redirected to a URL that is not https, or too often."""
     ISO_TOO_LARGE = "ISOTooLarge"
     """The image is larger than --iso-max-size."""
+    ISO_INVALID = "ISOInvalid"
+    """The image service answered, but not with a bootable ISO 9660 image (an HTML or
+    JSON error page, an archive, a tiny or truncated body): nothing was uploaded, and
+    the ISO cached before, if any, stays in use."""
     ISO_PRUNE_FAILED = "ISOPruneFailed"
     WAITING_FOR_INFRA_ENV = "WaitingForInfraEnv"
 
@@ -119,7 +123,8 @@ class VsphereAgentReason(StrEnum):
 
 
 class ISOEjectedReason(StrEnum):
-    """Reasons of a VsphereAgent's ISOEjected condition (the seed's five)."""
+    """Reasons of a VsphereAgent's ISOEjected condition (the seed's five, and
+    `NoOwnedMedia`: nothing of the pool's was there to eject)."""
 
     DISABLED = "Disabled"
     """The pool has not opted in (`spec.iso.ejectAfterInstall` is false)."""
@@ -128,9 +133,16 @@ class ISOEjectedReason(StrEnum):
     EJECTION_IN_PROGRESS = "EjectionInProgress"
     """A recorded ejection (`status.isoEjection`) is being carried out."""
     EJECTED = "Ejected"
-    """The discovery ISO was disconnected and ejected (status True)."""
+    """The discovery ISO was disconnected and ejected (status True): by agent-forge, or
+    found so (every CD-ROM disconnected and empty); the message says which."""
     EJECTION_FAILED = "EjectionFailed"
     """The last attempt failed; it is retried, the message says why."""
+    NO_OWNED_MEDIA = "NoOwnedMedia"
+    """Installed, but no CD-ROM of the VM holds one of the pool's cached ISOs
+    (`[<isoDatastore>] <pathPrefix>/<sha256>.iso`) while something else is attached (a
+    look-alike file, a device): nothing was ejected, and what is attached stays (the
+    message names each medium and why it is not the pool's). Not counted as ejected;
+    looked at again when the Agent is installed again."""
 
 
 # --- what an admin must act on ---------------------------------------------------------
@@ -186,6 +198,9 @@ ACTIONABLE: Final[tuple[Actionable, ...]] = (
                "serve the image over https or make the InfraEnv's URL the final one"),
     Actionable(_POOL, _P.ISO_READY, PoolReason.ISO_TOO_LARGE,
                "raise --iso-max-size if the image is genuine"),
+    Actionable(_POOL, _P.ISO_READY, PoolReason.ISO_INVALID,
+               "fix the InfraEnv's isoDownloadURL (an expired link, a proxy's login page, a "
+               "compressed image), then force a re-check with the force-iso-refresh annotation"),
     # API permissions
     Actionable(_POOL, _P.READY, PoolReason.FORBIDDEN,
                "apply config/rbac of the running version"),

@@ -280,6 +280,8 @@ class ISOEjectionCounts(KubeModel):
     ejection_in_progress: Count = 0
     ejected: Count = 0
     ejection_failed: Count = 0
+    no_owned_media: Count = 0
+    """Installed, but no CD-ROM held one of the pool's cached ISOs: nothing ejected."""
 
     _BY_REASON: ClassVar[dict[ISOEjectedReason, str]] = {
         ISOEjectedReason.DISABLED: "disabled",
@@ -287,6 +289,7 @@ class ISOEjectionCounts(KubeModel):
         ISOEjectedReason.EJECTION_IN_PROGRESS: "ejection_in_progress",
         ISOEjectedReason.EJECTED: "ejected",
         ISOEjectedReason.EJECTION_FAILED: "ejection_failed",
+        ISOEjectedReason.NO_OWNED_MEDIA: "no_owned_media",
     }
 
     @classmethod

@@ -11,15 +11,17 @@ What it promises (the seed's "Discovery ISO lifecycle"; decisions in `ejection_g
   and the record is cleared only after success. Deletion waits for it too
   (`finish_before_delete`), so a recorded ejection finishes before the VM goes.
 * A VsphereAgent **without** a record decides from the cache alone (no vSphere call):
-  `Ejected` is kept; opted out -> `Disabled`; Released VM (or a phase this version
-  does not know, until the pool controller recomputes it), deleting Machine or Agent
-  -> no new ejection; otherwise the Agent must report `Installed=True`. Only then is
-  the VM read once, ownership, hardware identity and the candidate CD-ROM checked,
-  and the intent recorded and read back before vSphere is touched. A record the API
-  server pruned (an old CRD) stops everything with `EjectionFailed` saying to update
-  the CRDs.
-* Steady state costs nothing: an Ejected, Disabled or waiting VsphereAgent makes no
-  vSphere call and no write.
+  `Ejected` is kept, `NoOwnedMedia` too while opted in; opted out -> `Disabled`;
+  Released VM (or a phase this version does not know, until the pool controller
+  recomputes it), deleting Machine or Agent -> no new ejection; otherwise the Agent
+  must report `Installed=True`. Only then is the VM read once, ownership, hardware
+  identity and the candidate CD-ROM checked, and the intent recorded and read back
+  before vSphere is touched; with no CD-ROM holding one of the pool's cached ISOs
+  but something attached, the VM reports `NoOwnedMedia` (never `Ejected`: nothing
+  was ejected) and nothing is touched. A record the API server pruned (an old CRD)
+  stops everything with `EjectionFailed` saying to update the CRDs.
+* Steady state costs nothing: an Ejected, NoOwnedMedia, Disabled or waiting
+  VsphereAgent makes no vSphere call and no write.
 
 The vm controller runs this under the VsphereAgent's key, so an ejection never runs
 concurrently with the creation or deletion of the same VM.
@@ -31,11 +33,11 @@ import logging
 from typing import Final
 
 from agentforge import vsphere
-from agentforge.api import kinds, views
+from agentforge.api import kinds, names, views
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentReason
 from agentforge.api.fields import known
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.api.vm import VMPhase
+from agentforge.api.vm import VMPhase, VMReason
 from agentforge.api.vsphereagent import ISOEjectionRecord, Ownership, VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
@@ -43,7 +45,7 @@ from agentforge.kube.events import EventType
 from agentforge.reconcilers import ejection_gate as gate
 from agentforge.reconcilers import ejection_run as run
 from agentforge.reconcilers import ejection_status as status
-from agentforge.reconcilers import pool_specs
+from agentforge.reconcilers import indexes, pool_specs
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.ejection_crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm_context import VmContext
@@ -133,6 +135,7 @@ async def _maybe_start(ctx: VmContext, pool: VsphereAgentPool) -> Result | None:
         released=bool(recorded and recorded.phase is VMPhase.RELEASED),
         machine_deleting=_machine_deleting(ctx, pool),
         agent=agent,
+        unmatched=_unmatched(ctx, pool) if agent is None else None,
     )
     if isinstance(decision, gate.Hold):
         if decision.reason is not None and not status.shows(ctx, decision.reason, decision.message):
@@ -176,9 +179,9 @@ async def _start(
         prefix=pool.effective_path_prefix(),
     )
     if plan.cdrom is None or vm is None:
-        if plan.reason is R.EJECTED:
-            if not status.shows(ctx, R.EJECTED, plan.message):
-                await status.write(ctx, expect=None, reason=R.EJECTED, message=plan.message)
+        if plan.reason in (R.EJECTED, R.NO_OWNED_MEDIA):  # nothing to eject: say what is there
+            if not status.shows(ctx, plan.reason, plan.message):
+                await status.write(ctx, expect=None, reason=plan.reason, message=plan.message)
             return None
         await status.failed(ctx, None, plan.message)
         return Result(requeue=True)
@@ -235,6 +238,40 @@ def _agent(ctx: VmContext) -> views.Agent | None:
         namespace=ref.namespace or ctx.agent.metadata.namespace, name=ref.name
     )
     return views.Agent.model_validate(raw) if raw is not None else None
+
+
+_ONCE_MATCHED: Final = frozenset({VMPhase.AVAILABLE, VMPhase.BOUND, VMPhase.RELEASED})
+
+
+def _unmatched(ctx: VmContext, pool: VsphereAgentPool) -> gate.Unmatched | None:
+    """What the gate says about a VM without an Agent: whether one was matched before
+    and, only then (a rare state, so the InfraEnv's Agents are looked through), the
+    Agents that still claim the VM by its selection label or its MAC."""
+    vm = ctx.agent.status.vm
+    if vm is None:
+        return None
+    once = bool(vm.agent_ref and vm.agent_ref.name) or vm.phase in _ONCE_MATCHED
+    once = once or (vm.phase is VMPhase.ORPHANED and vm.reason == VMReason.AGENT_MISSING)
+    if not once:
+        return gate.Unmatched(once_matched=False)
+    selection = ctx.agent.metadata.labels.get(names.LABEL_AGENT_MACHINE)
+    key = indexes.namespaced_key(pool.metadata.namespace, pool.spec.infra_env_ref.name)
+    claimants = []
+    for raw in ctx.deps.informer(kinds.AGENT).by_index(indexes.AGENTS_BY_INFRA_ENV, key):
+        agent = views.Agent.model_validate(raw)
+        labelled = bool(selection) and agent.metadata.labels.get(names.LABEL_AGENT_MACHINE) == (
+            selection
+        )
+        if labelled or (vm.mac is not None and vm.mac in agent.mac_addresses):
+            claimants.append(agent)
+    claimants.sort(key=lambda a: a.metadata.name)
+    return gate.Unmatched(
+        once_matched=True,
+        phase="/".join(str(p) for p in (vm.phase, vm.reason) if p),
+        bios_uuid=vm.bios_uuid,
+        mac=vm.mac,
+        claimants=tuple(claimants),
+    )
 
 
 def _machine_deleting(ctx: VmContext, pool: VsphereAgentPool) -> str | None:

@@ -174,9 +174,14 @@ def next_step(
             f"{vm} not found in datacenter {record.datacenter}; the ejection record is kept",
         )
     unmarked = seen.verdict is vsphere.Verdict.UNMARKED
-    if seen.verdict is vsphere.Verdict.FOREIGN or (unmarked and not seen.name_matches):
+    if seen.verdict is vsphere.Verdict.FOREIGN:
         return _refuse(
-            f"{vm} carries other ownership markers or another name than recorded",
+            f"{vm} carries another owner's ownership markers", record=record, finalizing=finalizing
+        )
+    if unmarked and not seen.name_matches:
+        return _refuse(
+            f"the VM with BIOS UUID {record.bios_uuid} carries no ownership markers and is not "
+            f"named {record.vm_name} as recorded",
             record=record,
             finalizing=finalizing,
         )
@@ -186,12 +191,12 @@ def next_step(
         return _refuse(f"{vm} lost its ownership markers", record=record, finalizing=finalizing)
     if record.server and server and record.server != server:
         return _refuse(
-            f"the ejection was recorded on vCenter {record.server}, the pool now uses {server}",
+            f"the ejection was recorded on vCenter {record.server}, but the pool now uses {server}",
             record=record,
             finalizing=finalizing,
         )
     if seen.ejected or seen.device in (Device.EMPTY, Device.GONE):
-        return Step(StepKind.DONE, f"CD-ROM {record.device_key} of {vm} {seen.device.value}")
+        return Step(StepKind.DONE, _done(record, seen, vm=vm))
     if seen.device is Device.OTHER:
         return _refuse(
             f"CD-ROM {record.device_key} of {vm} holds {seen.medium or 'other media'}, not the "
@@ -223,7 +228,23 @@ def next_step(
     return Step(
         StepKind.RESTART,
         f"the disconnect of CD-ROM {record.device_key} of {vm} failed after its lock question "
-        f"{record.question_id} was answered Yes; a fresh attempt is retried with backoff",
+        f"{record.question_id} was answered Yes; a fresh attempt starts after a backoff",
+    )
+
+
+def _done(record: ISOEjectionRecord, seen: Observation, *, vm: str) -> str:
+    """What the end of an operation saw: our eject, someone else's, or no device at all."""
+    device = f"CD-ROM {record.device_key} of {vm}"
+    if seen.device is Device.GONE:
+        return (
+            f"{device} no longer exists (the device was removed from the VM), so "
+            f"{record.iso_path} is no longer attached"
+        )
+    if seen.ejected or record.phase is not P.RECORDED:
+        return f"{record.iso_path} was ejected from {device}: the device is disconnected and empty"
+    return (
+        f"{device} was found disconnected and empty before agent-forge sent its disconnect: "
+        f"{record.iso_path} was removed outside agent-forge"
     )
 
 
@@ -261,7 +282,9 @@ def _with_question(
         return _refuse(message, record=record, finalizing=finalizing)
 
     if record.phase is P.RECORDED:
-        return refuse(f"{vm} shows {shown}, pending before our disconnect was issued")
+        return refuse(
+            f"{vm} shows {shown}, which was pending before agent-forge sent its disconnect"
+        )
     if not question.is_cdrom_lock:
         return refuse(
             f"{vm} shows {shown}, which is not the CD-ROM lock question; it is left for a "
@@ -272,9 +295,12 @@ def _with_question(
             return Step(StepKind.FOLLOW)
         if seen.running:
             return Step(StepKind.RECORD_QUESTION, question_id=question.id)
-        return refuse(f"{vm} shows {shown} but no disconnect of ours is running")
+        return refuse(f"{vm} shows {shown}, but agent-forge's disconnect is not running")
     if question.id != record.question_id:
         return refuse(f"{vm} shows {shown}, not the recorded question {record.question_id}")
     if record.phase is P.QUESTION_RECORDED:
         return Step(StepKind.ANSWER, question_id=question.id)
-    return Step(StepKind.WAIT, f"{vm} still shows the answered question {question.id}")
+    return Step(
+        StepKind.WAIT,
+        f"{vm} still shows question {question.id}, answered Yes; waiting for the answer to apply",
+    )

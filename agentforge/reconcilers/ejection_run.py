@@ -114,7 +114,7 @@ async def carry_out(
     except TimeoutError:
         message = (
             f"still waiting for the CD-ROM reconfigure of VM {op.record.vm_name} (or its "
-            "question); looked at again shortly"
+            "question); looking again shortly"
         )
         await status.write(ctx, expect=op.record, reason=R.EJECTION_IN_PROGRESS, message=message)
         return Finished(False, Result(requeue_after=POLL_SECONDS))
@@ -148,7 +148,9 @@ async def _run(
         if step.kind is S.DONE:
             return await _done(ctx, pool, record, op.vm, step.message, finalizing=finalizing)
         if step.kind is S.DROP:
-            message = f"ejection abandoned while the VsphereAgent is deleted: {step.message}"
+            message = (
+                f"ejection abandoned because the VsphereAgent is being deleted: {step.message}"
+            )
             await status.write(
                 ctx, expect=record, record=None, reason=R.EJECTION_FAILED, message=message
             )
@@ -315,7 +317,7 @@ async def _done(
             )
             if c.key != record.device_key
         ]
-    message = f"discovery ISO {record.iso_path} ejected: {seen}"
+    message = seen
     reason = R.EJECTED
     result = None
     if more:

@@ -43,6 +43,7 @@ class InfraEvent(StrEnum):
     INFRA_ENV_NOT_FOUND = "InfraEnvNotFound"
     ISO_URL_MISSING = "ISOURLMissing"
     ISO_CACHE_FAILED = "ISOCacheFailed"
+    ISO_INVALID = "ISOInvalid"
     ISO_UPLOADED = "ISOUploaded"
     ISO_PRUNED = "ISOPruned"
     ISO_PRUNE_FAILED = "ISOPruneFailed"

@@ -141,6 +141,9 @@ async def check_iso(
             previous=iso_cache.previous_record(status, url=url),
             limits=limits,
         )
+    except vsphere.IsoInvalid as exc:
+        _invalid(outcome, status, where=where, infra_env=f"{ns}/{ref}", error=exc, limits=limits)
+        return  # logged once by condition_log (ISOInvalid is actionable), not per retry
     except vsphere.VsphereError as exc:
         reason, fix = _failure(exc, ns=ns, ref=ref, limits=limits)
         message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
@@ -275,6 +278,36 @@ def _failure(
             f"check InfraEnv {ns}/{ref} and that its ISO URL answers",
         )
     return PoolReason.ISO_CACHE_FAILED, "it is retried with backoff"
+
+
+def _invalid(
+    outcome: Outcome,
+    status: ISOStatus,
+    *,
+    where: vsphere.Location,
+    infra_env: str,
+    error: vsphere.IsoInvalid,
+    limits: vsphere.IsoLimits,
+) -> None:
+    """ISOReady=False/ISOInvalid; the cached ISO stays in use, unless it is no image
+    either (a file below the size floor, cached before images were checked)."""
+    if not status.path:
+        kept = "no ISO is cached yet, so no VM is created until it serves a bootable image"
+    elif (status.size_bytes or 0) < limits.min_bytes:
+        kept = (
+            f"the ISO cached before, {where.path(status.path)} ({status.size_bytes or 0} bytes, "
+            "cached before agent-forge checked images), is no boot image either and is no "
+            "longer used: no VM is created until the URL serves a bootable image"
+        )
+        outcome.iso = status.model_copy(update={"path": None, "sha256": None, "size_bytes": None})
+    else:
+        kept = f"new VMs keep booting the ISO cached before, {where.path(status.path)}"
+    message = f"the discovery ISO of InfraEnv {infra_env} was not cached: {error} ({kept})"
+    outcome.condition(
+        PoolConditionType.ISO_READY, ok=False, reason=PoolReason.ISO_INVALID, message=message
+    )
+    outcome.event(EventType.WARNING, InfraEvent.ISO_INVALID, message)
+    outcome.retry = True
 
 
 def _waiting(outcome: Outcome, event_reason: InfraEvent, message: str) -> None:

@@ -63,6 +63,7 @@ __all__ = [
     "relative_path",
     "same_url",
     "shown_status",
+    "split_backing",
     "sweep_due",
     "updated_status",
     "url_hash",
@@ -221,12 +222,18 @@ class PrunePlan:
     """Temporary uploads a killed process left behind, to delete (never in history)."""
 
 
+def split_backing(backing: str) -> tuple[str, str] | None:
+    """`[ds] a/b.iso` -> (`ds`, `a/b.iso`); None for anything else."""
+    match = _BACKING.match(backing.strip())
+    if match is None:
+        return None
+    return match.group("ds"), match.group("path").strip().lstrip("/")
+
+
 def relative_path(backing: str, *, datastore: str) -> str | None:
     """`[ds] a/b.iso` -> `a/b.iso` when it is on `datastore`, else None."""
-    match = _BACKING.match(backing.strip())
-    if match is None or match.group("ds") != datastore:
-        return None
-    return match.group("path").strip().lstrip("/")
+    split = split_backing(backing)
+    return split[1] if split is not None and split[0] == datastore else None
 
 
 def is_content_addressed(path: str, *, prefix: str) -> bool:

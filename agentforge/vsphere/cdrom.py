@@ -101,8 +101,8 @@ async def _eject(
         if is_empty(cdrom):
             return EjectOutcome(EjectState.EJECTED, got.moid, device_key, cdrom=cdrom, already=True)
         raise errors.MediaMismatch(
-            f"VM {got.name} CD-ROM {device_key} holds {cdrom.backing_file or cdrom.kind.value}, "
-            f"not {expected_backing}; left attached",
+            f"CD-ROM {device_key} of VM {got.name} holds "
+            f"{cdrom.backing_file or cdrom.kind.value}, not {expected_backing}; left attached",
             subject=f"VM {got.name}",
         )
     ref = vms.ref_of(session, got.moid)

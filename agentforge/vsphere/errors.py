@@ -147,6 +147,11 @@ class IsoSourceError(VsphereError):
     """The ISO could not be fetched from its source URL."""
 
 
+class IsoInvalid(IsoSourceError):
+    """The source answered, but not with a bootable ISO 9660 image (an HTML or JSON
+    error page, an archive, a tiny or truncated body): nothing became boot media."""
+
+
 class SizeLimitExceeded(IsoSourceError):
     """The ISO is larger than the configured limit; the upload was abandoned.
 

@@ -18,6 +18,11 @@ Promises:
   Content-Length) a conditional GET is sent; 304 (not naming another ETag), or a 200
   carrying the same strong validators (two different ETags are never the same
   version), plus the final file present on the datastore -> nothing is downloaded;
+- only a bootable ISO 9660 image becomes a file (`iso_check`, on the bytes as they
+  pass): anything else (an HTML login page, a JSON error, an archive, a tiny or
+  truncated body) raises `IsoInvalid` and leaves nothing on the datastore; a
+  record of a file below the size floor (cached before images were checked) is
+  never reused;
 - TLS to the source is verified (the system store plus an optional CA bundle), the
   environment's proxy settings are honoured and redirects are followed only to
   https (`iso_http`); size, redirects and timeouts are limits; bytes downloaded are
@@ -51,6 +56,7 @@ import aiohttp
 
 from agentforge.redaction import redact_url
 from agentforge.vsphere import datastore, errors, iso_http, metrics
+from agentforge.vsphere.iso_check import MIN_ISO_BYTES
 from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
 from agentforge.vsphere.iso_upload import final_path, transfer
 from agentforge.vsphere.session import Session
@@ -124,6 +130,8 @@ class IsoLimits:
     max_bytes: int = 8 * 1024**3
     max_redirects: int = 5
     """Redirects followed per request, each only to https (`iso_http.get`)."""
+    min_bytes: int = MIN_ISO_BYTES
+    """A smaller body is no boot image (`iso_check`); neither is a cached record as small."""
     connect_timeout_seconds: float = 30.0
     read_timeout_seconds: float = 120.0
     chunk_bytes: int = 1024 * 1024
@@ -251,6 +259,7 @@ async def _ensure(
                             prefix=prefix,
                             previous=previous,
                             validators=validators,
+                            limits=limits,
                         )
                         if kept is not None:
                             metrics.iso_op("revalidate", "unchanged")
@@ -263,6 +272,7 @@ async def _ensure(
                             prefix=prefix,
                             previous=previous,
                             validators=validators,
+                            limits=limits,
                         )
                         if kept is not None:
                             metrics.iso_op("revalidate", "unchanged")
@@ -307,7 +317,10 @@ async def _reuse(
     prefix: str,
     previous: IsoRecord,
     validators: Validators,
+    limits: IsoLimits,
 ) -> IsoResult | None:
+    if previous.size < limits.min_bytes:
+        return None  # cached before images were checked, and too small to be one: fetch again
     path = final_path(prefix, previous.sha256)
     if not await datastore.exists(session, where=where, path=path):
         return None

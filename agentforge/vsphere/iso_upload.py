@@ -1,6 +1,9 @@
 """Streaming one ISO to a datastore under its content address (`iso` decides when).
 
-The bytes go to `<prefix>/.upload-<uuid>.iso` in one pass, counted and hashed on the
+The first 36 KiB are read and checked (`iso_check`: an ISO 9660 image with an El
+Torito boot record, of a plausible size) before anything is created on the
+datastore; a body that is not one is refused with nothing uploaded. Then the bytes,
+those 36 KiB first, go to `<prefix>/.upload-<uuid>.iso` in one pass, counted and hashed on the
 way, and are then moved to `<prefix>/<sha256>.iso`, or deleted when that file already
 exists. The promises and the cleanup rules are in the `iso` module's doc; this module
 keeps them: the name is the hash of exactly the bytes counted and sent, and the
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from agentforge.redaction import redact_url
-from agentforge.vsphere import datastore, errors, metrics
+from agentforge.vsphere import datastore, errors, iso_check, metrics
 from agentforge.vsphere.session import Session
 
 if TYPE_CHECKING:
@@ -69,6 +72,17 @@ async def transfer(
             limit=limits.max_bytes,
             size=declared,
         )
+    # Nothing is created on the datastore before the head passed (`iso_check`).
+    served = iso_check.Served(
+        url=redact_url(str(resp.url)),
+        status=resp.status,
+        content_type=resp.headers.get("Content-Type"),
+        content_encoding=resp.headers.get("Content-Encoding"),
+        declared=declared,
+    )
+    check = iso_check.IsoCheck(served, min_bytes=limits.min_bytes, max_bytes=limits.max_bytes)
+    head, complete = await _read_head(resp)
+    check.head(head, complete=complete)
     hasher = ChunkHasher()
     counted = [0]
     source_failure: list[errors.VsphereError] = []
@@ -84,8 +98,7 @@ async def transfer(
         # completes and is answered, which orders the delete after the server's last
         # write (see the module doc). A Content-Length body cannot end early.
         try:
-            async for chunk in resp.content.iter_chunked(limits.chunk_bytes):
-                metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
+            async for chunk in _after(head, resp.content.iter_chunked(limits.chunk_bytes)):
                 if counted[0] + len(chunk) > limits.max_bytes:
                     raise errors.SizeLimitExceeded(
                         f"the ISO at {redact_url(str(resp.url))} exceeds the limit of "
@@ -96,6 +109,7 @@ async def transfer(
                 await hasher.add(chunk)
                 counted[0] += len(chunk)
                 yield chunk
+            check.end(counted[0])  # the source ended the body: is it the whole volume?
         except errors.VsphereError as exc:
             source_failure.append(exc)
             if declared is None:
@@ -147,6 +161,35 @@ async def transfer(
         raise
     metrics.iso_op("upload", "discarded_duplicate" if reused else "success")
     return Uploaded(sha256=sha, size=counted[0], path=final, reused=reused)
+
+
+async def _read_head(resp: aiohttp.ClientResponse) -> tuple[bytes, bool]:
+    """The first `iso_check.HEAD_BYTES` of the body (fewer when it ends before), and
+    whether it ended within them."""
+    head = bytearray()
+    try:
+        while len(head) < iso_check.HEAD_BYTES:
+            chunk = await resp.content.read(iso_check.HEAD_BYTES - len(head))
+            if not chunk:
+                return bytes(head), True
+            metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
+            head += chunk
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise errors.TransientError(
+            f"download of the ISO from {redact_url(str(resp.url))} broke off after "
+            f"{len(head)} bytes: {type(exc).__name__}",
+            subject=redact_url(str(resp.url)),
+        ) from None
+    return bytes(head), resp.content.at_eof()
+
+
+async def _after(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`head`, then the rest of the body (each chunk counted as downloaded)."""
+    if head:
+        yield head
+    async for chunk in rest:
+        metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
+        yield chunk
 
 
 class ChunkHasher:

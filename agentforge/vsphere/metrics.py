@@ -52,6 +52,7 @@ def result_of(exc: BaseException | None) -> str:
         (errors.OwnershipMismatch, "refused"),
         (errors.MediaMismatch, "refused"),
         (errors.QuestionRefused, "refused"),
+        (errors.IsoInvalid, "invalid"),
         (errors.AlreadyExists, "conflict"),
         (errors.NotFound, "not_found"),
         (errors.PermissionDenied, "denied"),

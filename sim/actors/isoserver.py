@@ -8,8 +8,9 @@ path (`/byapikey/<JWT>/<version>/<arch>/<tag>.iso`), `query` puts it in the quer
 wrong key answers 401. What it promises, because the operator's ISO cache is built
 on it:
 
-- Images are deterministic bytes (an ISO 9660 volume descriptor at 32 KiB, then
-  pseudo-random data seeded by namespace, InfraEnv and version): the same InfraEnv
+- Images are deterministic, bootable ISO 9660 images (`iso9660`: El Torito boot
+  record, a data file of pseudo-random bytes seeded by namespace, InfraEnv and
+  version), of the size the server was made with: the same InfraEnv
   and version always hash the same, different ones never do, so the sha256 in a
   CD-ROM's content-addressed file name tells the Assisted Installer which InfraEnv
   a VM boots.
@@ -19,8 +20,9 @@ on it:
   later than the previous version's even when both were made within one second
   (HTTP dates have a resolution of one second), so `If-Modified-Since` alone sees it.
 - Tests can change an image (`change`), make an InfraEnv's URLs answer an error
-  (`fail`/`heal`), make one URL answer a redirect (`redirect`), and read what was
-  served (`stats`: requests, full downloads, 304s, errors and body bytes).
+  (`fail`/`heal`), make one URL answer a redirect (`redirect`), answer 200 with
+  something that is no image (`answer_instead`: an HTML login page, a JSON error), and
+  read what was served (`stats`: requests, full downloads, 304s, errors and body bytes).
 - Given an `ssl_context` it serves HTTPS (`base_url` says `https://`), e.g. with a
   certificate of a private CA (`sim.controlplane.pki.new_ca`), as an image service
   behind an internal CA does.
@@ -35,10 +37,8 @@ import base64
 import hashlib
 import hmac
 import json
-import random
 import secrets
 import ssl
-import struct
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -48,35 +48,21 @@ from typing import Literal, Self
 
 from aiohttp import web
 
+from sim.actors.iso9660 import build_iso
+
 __all__ = ["DEFAULT_ISO_SIZE", "IsoImage", "IsoServer", "IsoStats", "UrlAuth", "discovery_iso"]
 
 UrlAuth = Literal["none", "byapikey", "query"]
 """Where an image URL carries the key: nowhere, in the path, in the query."""
 
 DEFAULT_ISO_SIZE = 1024 * 1024
-_SECTOR = 2048
-_SYSTEM_AREA = 16 * _SECTOR
 
 
 def discovery_iso(seed: str, size: int = DEFAULT_ISO_SIZE) -> bytes:
-    """Deterministic bytes that look like an ISO 9660 image to `file` and friends."""
-    if size < _SYSTEM_AREA + 3 * _SECTOR:
-        raise ValueError(f"an ISO needs at least {_SYSTEM_AREA + 3 * _SECTOR} bytes")
-    volume_id = ("RHCOS-" + hashlib.sha256(seed.encode()).hexdigest()[:20]).upper()
-    pvd = bytearray(_SECTOR)
-    pvd[0:7] = b"\x01CD001\x01"  # primary volume descriptor, version 1
-    pvd[8:40] = b"LINUX".ljust(32)
-    pvd[40:72] = volume_id.encode().ljust(32)
-    blocks = size // _SECTOR
-    pvd[80:88] = struct.pack("<I", blocks) + struct.pack(">I", blocks)  # both-endian
-    pvd[128:132] = struct.pack("<H", _SECTOR) + struct.pack(">H", _SECTOR)
-    pvd[881] = 1  # file structure version
-    terminator = bytearray(_SECTOR)
-    terminator[0:7] = b"\xffCD001\x01"
-    header = bytes(_SYSTEM_AREA) + bytes(pvd) + bytes(terminator)
+    """A deterministic, bootable ISO 9660 image (El Torito) of `size` bytes (`iso9660`)."""
+    volume_id = ("RHCOS_" + hashlib.sha256(seed.encode()).hexdigest()[:20]).upper()
     banner = f"agent-forge simulated discovery image {seed}\n".encode()
-    filler = random.Random(seed).randbytes(size - len(header) - len(banner))
-    return header + banner + filler
+    return build_iso(volume_id=volume_id, size=size, payload=banner, seed=seed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +129,7 @@ class IsoServer:
         self._images: dict[Key, IsoImage] = {}
         self._history: dict[str, IsoImage] = {}
         self._failing: dict[Key, int] = {}
+        self._instead: dict[Key, tuple[bytes, str]] = {}
         self._stats: dict[Key, IsoStats] = {}
         self._signing_key = secrets.token_bytes(32)
         self._by_id: dict[str, Key] = {}
@@ -264,6 +251,7 @@ class IsoServer:
 
     def heal(self, namespace: str, infraenv: str) -> None:
         self._failing.pop((namespace, infraenv), None)
+        self._instead.pop((namespace, infraenv), None)
         for key in [k for k in self._redirects if k[:2] == (namespace, infraenv)]:
             del self._redirects[key]
 
@@ -273,6 +261,13 @@ class IsoServer:
         """`url(namespace, infraenv, tag=tag)` answers `status` with `Location: to`
         until `heal` (other tags serve the image as before)."""
         self._redirects[(namespace, infraenv, tag)] = (status, to)
+
+    def answer_instead(
+        self, namespace: str, infraenv: str, body: bytes, *, content_type: str = "text/html"
+    ) -> None:
+        """Every URL of the InfraEnv answers 200 with `body` (an expired link's login
+        page, a proxy's error page...) instead of the image, until `heal`."""
+        self._instead[(namespace, infraenv)] = (body, content_type)
 
     def stats(self, namespace: str | None = None, infraenv: str | None = None) -> IsoStats:
         total = IsoStats()
@@ -336,6 +331,10 @@ class IsoServer:
             stats.errors += 1
             status = failing or 404
             return web.Response(status=status, text=f"no discovery image for {key[0]}/{key[1]}\n")
+        instead = self._instead.get(key)
+        if instead is not None:
+            stats.bytes_served += len(instead[0])
+            return web.Response(body=instead[0], headers={"Content-Type": instead[1]})
         headers = {
             "ETag": image.etag,
             "Last-Modified": format_datetime(image.last_modified, usegmt=True),

@@ -126,6 +126,25 @@ async def test_iso_url_answering_404_is_reported_and_nothing_is_created(
     assert world.iso_server.stats(world.namespace, "discovery").bytes_served == 0
 
 
+async def test_iso_url_answering_200_with_a_login_page_is_refused_and_nothing_is_created(
+    world: World, operator: OperatorHarness, vcsim_control: VcsimControl
+) -> None:
+    page = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Session expired</body>"
+    await world.create_infraenv("discovery")
+    world.iso_server.answer_instead(world.namespace, "discovery", page)
+    await world.create_credentials()
+    await world.create_pool(POOL, folder=f"e2e/{world.namespace}")
+    await world.nodepool(POOL).scale(1)
+    await expect_reported_and_nothing_done(
+        world,
+        vcsim_control,
+        types=(C.ISO_READY,),
+        reasons=(R.ISO_INVALID,),
+        words=("Content-Type text/html", f"{len(page)} bytes", '"<!DOCTYPE html>'),
+    )
+    assert world.iso_server.stats(world.namespace, "discovery").bytes_served >= len(page)
+
+
 async def test_secret_missing_a_key_is_reported_and_vsphere_is_not_touched(
     world: World, operator: OperatorHarness, vcsim_control: VcsimControl
 ) -> None:

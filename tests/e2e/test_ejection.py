@@ -247,3 +247,96 @@ async def test_a_locked_door_is_answered_once_and_an_unrelated_question_is_left_
         for e in snap.events_about("VsphereAgent", ej.vas_of(snap)[0]["metadata"]["name"])
     ]
     assert "ISOLockQuestionAnswered" in reasons
+
+
+async def _replace_medium(world: World, bios_uuid: str, datastore: str, path: str) -> None:
+    """Put `[datastore] path` into the VM's existing CD-ROM, as a person would in vCenter."""
+    govc = world.vcsim.govc
+    listed = await asyncio.to_thread(govc, "device.ls", "-vm.uuid", bios_uuid)
+    (device,) = [line.split()[0] for line in listed.splitlines() if line.startswith("cdrom-")]
+    await asyncio.to_thread(
+        govc,
+        "device.cdrom.insert",
+        "-vm.uuid",
+        bios_uuid,
+        "-device",
+        device,
+        "-ds",
+        datastore,
+        path,
+    )
+
+
+async def test_a_look_alike_medium_is_reported_no_owned_media_never_ejected(
+    world: World, operator: OperatorHarness, vcsim_control: VcsimControl, tmp_path: Path
+) -> None:
+    """The pool's own ISO, byte for byte, under a name the pool's cache did not make: in
+    another pool's folder, on another datastore, in a sub-folder of the prefix. Nothing
+    is ejected, nothing is counted as ejected, and the message says what is attached."""
+    await ej.set_up(world, eject_after_install=True)
+    ej.hold_installation(world)
+    await world.nodepool(POOL).scale(3)
+    snap = await ej.bound(world, 3)
+    cached = ej.pool_iso(snap).removeprefix("[iso-ds] ")
+    prefix, _, name = cached.rpartition("/")
+    image = tmp_path / name
+    image.write_bytes(world.iso_server.current()[name.removesuffix(".iso")].data)
+    look_alikes = {
+        "another pool's folder": (
+            "iso-ds",
+            f"agent-forge/{world.namespace}/other-pool/{name}",
+            f"in folder agent-forge/{world.namespace}/other-pool/, not directly in the pool's "
+            f"pathPrefix {prefix}/",
+        ),
+        "another datastore": (
+            "ds1",
+            cached,
+            "on datastore ds1, not the pool's isoDatastore iso-ds",
+        ),
+        "a sub-folder": (
+            "iso-ds",
+            f"{prefix}/old/{name}",
+            f"in sub-folder {prefix}/old/, not directly in the pool's pathPrefix {prefix}/",
+        ),
+    }
+    vms = [ej.vm_of(snap, va) for va in ej.vas_of(snap)]
+    govc = world.vcsim.govc
+    for vm, (datastore, path, _) in zip(vms, look_alikes.values(), strict=True):
+        await asyncio.to_thread(govc, "datastore.upload", "-ds", datastore, str(image), path)
+        await _replace_medium(world, vm.bios_uuid, datastore, path)
+    mark = await vcsim_control.last_seq()
+    ej.release_installation(world)
+
+    snap = await ej.wait_reasons(world, {"NoOwnedMedia"})
+    by_vm = {ej.vm_of(snap, va).name: ej.iso_ejected(va) for va in ej.vas_of(snap)}
+    for vm, (datastore, path, why) in zip(vms, look_alikes.values(), strict=True):
+        condition = by_vm[vm.name]
+        assert condition["status"] == "False"
+        assert f" holds [{datastore}] {path}: {why}" in condition["message"]
+        assert "nothing was ejected" in condition["message"]
+
+    def untouched(s: Snapshot) -> bool:
+        counts = s.pool_status(POOL).get("isoEjections") or {}
+        held = all(
+            (now := s.vm(vm.name)) is not None and now.iso_files == (f"[{ds}] {path}",)
+            for vm, (ds, path, _) in zip(vms, look_alikes.values(), strict=True)
+        )
+        return held and counts.get("ejected") == 0 and counts.get("noOwnedMedia") == 3
+
+    snap = await eventually(world.snapshot, untouched, within=60, what="3 NoOwnedMedia, 0 ejected")
+    snap = await consistently(
+        world.snapshot, untouched, duration=STAYS_S, what="look-alikes stay, none counted"
+    )
+    assert await disconnect_counts(vcsim_control, snap, since=mark) == [0, 0, 0]
+    assert operator.process is not None
+    gauge = await operator.process.metric(
+        "agent_forge_pool_iso_ejections",
+        namespace=world.namespace,
+        pool=POOL,
+        reason="NoOwnedMedia",
+    )
+    assert gauge == 3
+    ejected = await operator.process.metric(
+        "agent_forge_pool_iso_ejections", namespace=world.namespace, pool=POOL, reason="Ejected"
+    )
+    assert ejected == 0

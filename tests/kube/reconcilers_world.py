@@ -18,7 +18,6 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from agentforge.reconcilers import ejection as eject
 from agentforge.reconcilers import infra, naming, vm
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.secret_source import SecretCredentials
+from sim.actors.isoserver import discovery_iso
 from sim.vcsim.launcher import Vcsim
 
 FAST = vsphere.SessionOptions(
@@ -69,13 +69,25 @@ def install_current_crds(controlplane: Any, folder: Path) -> None:
     controlplane.install_crds([folder])
 
 
+def discovery_image() -> bytes:
+    """A bootable ISO 9660 image of its own content (the operator checks what it caches)."""
+    return discovery_iso(uuid.uuid4().hex, 1024 * 1024 + 17)
+
+
 @dataclass
 class IsoServer:
-    """One discovery image with a strong ETag; counts requests and body bytes it served."""
+    """One discovery image with a strong ETag; counts requests and body bytes it served.
 
-    body: bytes = field(default_factory=lambda: os.urandom(256 * 1024 + 17))
+    `content_type`, `encoding` and `chunked` shape the answer, so a test can make it
+    answer 200 with something that is no ISO (an HTML page, a JSON error, an archive).
+    """
+
+    body: bytes = field(default_factory=discovery_image)
     etag: str = '"v1"'
     status: int = 200
+    content_type: str = "application/octet-stream"
+    encoding: str | None = None
+    chunked: bool = False
     served: int = 0
     requests: int = 0
     url: str = ""
@@ -85,8 +97,14 @@ class IsoServer:
         return hashlib.sha256(self.body).hexdigest()
 
     def change(self) -> None:
-        self.body = os.urandom(256 * 1024 + 33)
+        self.body = discovery_image()
         self.etag = f'"{uuid.uuid4().hex}"'
+
+    def answer(self, body: bytes, *, content_type: str, **shape: Any) -> None:
+        """Answer 200 with `body` (a new version: a new ETag) from now on."""
+        self.body, self.content_type, self.etag = body, content_type, f'"{uuid.uuid4().hex}"'
+        self.encoding = shape.get("encoding")
+        self.chunked = bool(shape.get("chunked"))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
@@ -95,7 +113,18 @@ class IsoServer:
         if request.headers.get("If-None-Match") == self.etag:
             return web.Response(status=304, headers={"ETag": self.etag})
         self.served += len(self.body)
-        return web.Response(body=self.body, headers={"ETag": self.etag})
+        headers = {"ETag": self.etag, "Content-Type": self.content_type}
+        if self.encoding:
+            headers["Content-Encoding"] = self.encoding
+        if not self.chunked:
+            return web.Response(body=self.body, headers=headers)
+        resp = web.StreamResponse(headers=headers)
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for start in range(0, len(self.body), 64 * 1024):
+            await resp.write(self.body[start : start + 64 * 1024])
+        await resp.write_eof()
+        return resp
 
 
 class World:

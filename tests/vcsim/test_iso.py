@@ -16,6 +16,7 @@ from aiohttp import web
 
 from agentforge.reconcilers import iso_cache
 from agentforge.vsphere import (
+    IsoInvalid,
     IsoLimits,
     IsoSource,
     Location,
@@ -25,6 +26,7 @@ from agentforge.vsphere import (
     VsphereService,
     datastore,
 )
+from sim.actors.isoserver import discovery_iso
 from sim.vcsim import Vcsim, VcsimControl
 
 pytestmark = pytest.mark.vcsim
@@ -66,7 +68,7 @@ class Source:
 
 @pytest.fixture
 async def source() -> AsyncIterator[Source]:
-    src = Source(body=os.urandom(3 * 1024 * 1024 + 123))
+    src = Source(body=discovery_iso("test-iso/v1", 3 * 1024 * 1024 + 123))
     app = web.Application()
     app.router.add_get("/images/discovery.iso", src.handle)
     runner = web.AppRunner(app)
@@ -77,6 +79,12 @@ async def source() -> AsyncIterator[Source]:
     src.url = f"http://127.0.0.1:{port}/images/discovery.iso?api_key=secret-token"
     yield src
     await runner.cleanup()
+
+
+def over_the_cap(source: Source) -> None:
+    """A 1 MiB volume followed by 2 MiB of padding: the head passes a 1 MiB cap, the
+    stream goes over it (isohybrid images carry padding after their volume too)."""
+    source.body = discovery_iso("test-iso/padded") + os.urandom(2 * 1024 * 1024)
 
 
 def _prefix(request: pytest.FixtureRequest) -> str:
@@ -141,7 +149,7 @@ async def test_a_changed_iso_is_downloaded_and_stored_under_its_new_name(
 ) -> None:
     prefix = _prefix(request)
     first = await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
-    source.body, source.etag = os.urandom(1024 * 1024), '"v2"'
+    source.body, source.etag = discovery_iso("test-iso/v2"), '"v2"'
     second = await service.ensure_iso(
         source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix, previous=first.record
     )
@@ -172,6 +180,7 @@ async def test_the_size_limit_is_enforced_and_nothing_is_left_behind(
 ) -> None:
     prefix = _prefix(request)
     source.chunked = chunked
+    over_the_cap(source)
     with pytest.raises(SizeLimitExceeded) as info:
         await service.ensure_iso(
             source=IsoSource(url=source.url),
@@ -182,6 +191,30 @@ async def test_the_size_limit_is_enforced_and_nothing_is_left_behind(
     shown = source.url.replace("secret-token", "[REDACTED]")
     assert f"the ISO at {shown} " in str(info.value), "named by its shown URL, without the key"
     assert info.value.subject == shown
+    assert await service.list_files(where=ISO_DS, prefix=prefix, pattern="*") == []
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_body_that_is_no_iso_never_reaches_the_datastore(
+    service: VsphereService,
+    source: Source,
+    vcsim_control: VcsimControl,
+    request: pytest.FixtureRequest,
+    chunked: bool,
+) -> None:
+    prefix = _prefix(request)
+    source.chunked = chunked
+    source.body = b"<html><body><h1>407 Proxy Authentication Required</h1></body></html>"
+    mark = await vcsim_control.last_seq()
+    with pytest.raises(IsoInvalid) as info:
+        await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
+    assert "secret-token" not in str(info.value)
+    assert '"<html><body><h1>407 Proxy Authentication Required</h1></body></html>"' in str(
+        info.value
+    )
+    sent = await vcsim_control.request_log(since=mark)
+    assert [e for e in sent if e["http_method"] == "PUT"] == []
+    assert [e.get("method") for e in sent if e.get("method") == "MakeDirectory"] == []
     assert await service.list_files(where=ISO_DS, prefix=prefix, pattern="*") == []
 
 
@@ -215,7 +248,7 @@ async def test_the_pipeline_logs_in_again_after_the_session_ended(
     )
     assert again.bytes_downloaded == 0
     await vcsim.control.end_sessions()
-    source.body, source.etag = os.urandom(512 * 1024), '"v3"'
+    source.body, source.etag = discovery_iso("test-iso/v3"), '"v3"'
     fresh = await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
     assert await service.file_exists(where=ISO_DS, path=fresh.path)
     after = await vcsim.control.counters()
@@ -270,6 +303,7 @@ async def test_the_size_limit_leaves_nothing_behind_when_the_server_starts_the_p
 ) -> None:
     prefix = _prefix(request)
     source.chunked = True
+    over_the_cap(source)
 
     async def ensure() -> object:
         return await service.ensure_iso(

@@ -30,7 +30,7 @@ import pytest
 from aiohttp import web
 
 from agentforge.vsphere import IsoRecord, IsoSource, Location, VsphereService
-from sim.actors.isoserver import IsoServer
+from sim.actors.isoserver import IsoServer, discovery_iso
 from sim.paths import REPO_ROOT
 from sim.vcsim import Vcsim, VcsimControl
 
@@ -112,7 +112,7 @@ class Source:
 
 @pytest.fixture
 async def source() -> AsyncIterator[Source]:
-    src = Source(body=os.urandom(1024 * 1024 + 123))
+    src = Source(body=discovery_iso("integrity/v1", 1024 * 1024 + 123))
     app = web.Application()
     app.router.add_get("/images/discovery.iso", src.handle)
     runner = web.AppRunner(app)
@@ -178,7 +178,7 @@ async def test_new_content_with_another_weak_etag_and_the_same_date_is_downloade
     source.etag, source.last_modified = 'W/"v1"', "Mon, 01 Jan 2024 00:00:00 GMT"
     source.honour_conditionals = False
     first = await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
-    source.body, source.etag = os.urandom(len(source.body)), 'W/"v2"'
+    source.body, source.etag = discovery_iso("integrity/v2", len(source.body)), 'W/"v2"'
     second = await service.ensure_iso(
         source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix, previous=first.record
     )
@@ -192,7 +192,7 @@ async def test_a_304_naming_another_etag_is_not_trusted(
 ) -> None:
     prefix = _prefix(request)
     first = await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
-    source.body, source.etag, source.etag_on_304 = os.urandom(4096 * 16), '"v2"', '"v2"'
+    source.body, source.etag, source.etag_on_304 = discovery_iso("integrity/v3"), '"v2"', '"v2"'
     second = await service.ensure_iso(
         source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix, previous=first.record
     )
@@ -328,7 +328,7 @@ async def test_stress_cancels_changes_and_concurrent_checks_keep_every_name_true
     rnd = random.Random(os.environ.get("AF_ISO_STRESS_SEED", "1"))
     prefix = _prefix(request)
     folder = on_disk(vcsim, prefix)
-    async with IsoServer(size=512 * 1024) as server:
+    async with IsoServer(size=1024 * 1024) as server:
         server.publish("ns", "env")
         url = server.url("ns", "env")
         previous: IsoRecord | None = None

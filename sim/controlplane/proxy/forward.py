@@ -1,12 +1,29 @@
 """Forwarding one client request to the apiserver, with the armed faults applied.
 
-Every request is classified and counted. Headers (Authorization included) pass
-unchanged except hop-by-hop ones; bodies pass byte for byte (no decompression).
-Responses stream: a watch is relayed line by line (each line is one event) and
-flushed at once, so clients see events as the apiserver sends them. Faults, in the
-order they are checked: added latency, then a `fail_next` rule answers with its
-status, then an armed 410 Gone answers a watch with one ERROR event, and an open
-watch ends when dropped (cleanly, or by cutting the connection with `abort`).
+Every request is classified and counted. The proxy is transparent: a client cannot
+tell it from the apiserver, and the apiserver sees what the client sent.
+
+- Requests: method, path and query as sent (raw, not re-encoded); every header the
+  proxy does not own passes unchanged and in order, and none is added (aiohttp's
+  client would add `Accept`, `Accept-Encoding`, `User-Agent` and, for a body,
+  `Content-Type: application/octet-stream`: all suppressed). The proxy owns the
+  hop-by-hop headers (RFC 9110 7.6.1: `Connection` and every header it names,
+  `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
+  `Upgrade`), `Proxy-Authorization`/`Proxy-Authenticate`, `Host` (the upstream
+  connection's own authority) and `Expect` (it answers `100-continue` itself). A
+  body with `Content-Length` goes with that length; a chunked one is streamed
+  chunked. One difference aiohttp leaves: a non-GET request without any body
+  framing is sent with `Content-Length: 0` (the same message, RFC 9112 6.3). No
+  `Via` is added: the proxy stands in for the apiserver itself.
+- Responses: status, reason and every end-to-end header as the apiserver sent them
+  (aiohttp's server would add `Content-Type`, `Server` and `Date`: suppressed when
+  absent upstream); bodies pass byte for byte, never decompressed (`Content-Length`
+  kept, chunked stays chunked). A watch is relayed as it arrives, flushed at once;
+  a watch the control API drops cleanly ends after the last whole event.
+
+Faults, in the order they are checked: added latency, then a `fail_next` rule answers
+with its status, then an armed 410 Gone answers a watch with one ERROR event, and an
+open watch ends when dropped (cleanly, or by cutting the connection with `abort`).
 """
 
 from __future__ import annotations
@@ -16,11 +33,12 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from sim.controlplane.proxy.classify import RequestInfo, classify
@@ -28,12 +46,14 @@ from sim.controlplane.proxy.state import FailRule, ProxyState, WatchStream
 
 log = logging.getLogger("sim.controlplane.proxy")
 
-# Hop-by-hop headers (RFC 9110 7.6.1) and those aiohttp recomputes for each leg.
-_HOP_BY_HOP = frozenset(
+# Headers the proxy owns (see the module doc); those named by `Connection` are added
+# per message.
+_OWNED = frozenset(
     h.lower()
     for h in (
         "Connection",
         "Keep-Alive",
+        "Proxy-Connection",
         "Proxy-Authenticate",
         "Proxy-Authorization",
         "TE",
@@ -41,9 +61,45 @@ _HOP_BY_HOP = frozenset(
         "Transfer-Encoding",
         "Upgrade",
         "Host",
-        "Content-Length",
+        "Expect",
     )
 )
+# What aiohttp's client adds on its own unless told not to.
+_NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+# What aiohttp's server adds to a response unless present.
+_SERVER_DEFAULTS = ("Content-Type", "Server", "Date")
+
+
+def end_to_end(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """`headers` without the ones the proxy owns (hop-by-hop per RFC 9110 7.6.1)."""
+    named = {
+        token.strip().lower()
+        for value in headers.getall("Connection", [])
+        for token in value.split(",")
+        if token.strip()
+    }
+    return CIMultiDict(
+        (k, v) for k, v in headers.items() if k.lower() not in _OWNED and k.lower() not in named
+    )
+
+
+class RelayedResponse(web.StreamResponse):
+    """A response with exactly the upstream's headers: aiohttp's server adds
+    `Content-Type`, `Server` and `Date` when absent, which the apiserver may not send."""
+
+    def __init__(self, *, status: int, reason: str | None, headers: CIMultiDict[str]) -> None:
+        super().__init__(status=status, reason=reason)
+        self._upstream_names = {k.lower() for k in headers}
+        for key, value in headers.items():
+            self.headers.add(key, value)
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        for name in _SERVER_DEFAULTS:
+            if name.lower() not in self._upstream_names:
+                self.headers.popall(name, None)
+
+
 _REASON_BY_STATUS = {
     429: "TooManyRequests",
     500: "InternalError",
@@ -100,17 +156,21 @@ class Forwarder:
             record(200, "gone")
             return await _gone(request)
 
-        body = await request.read() if request.can_read_body else None
-        headers = CIMultiDict(
-            (k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP
-        )
-        if info.is_watch:
-            # Events must arrive as plain lines to be relayed one by one.
-            headers.popall("Accept-Encoding", None)
+        headers = end_to_end(request.headers)
+        body: bytes | AsyncIterator[bytes] | None = None
+        if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+            body = _stream(request)  # sent chunked again: no Content-Length to keep
+        elif request.can_read_body:
+            body = await request.read()  # its Content-Length passes with the headers
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
             upstream = await self.session.request(
-                request.method, url, headers=headers, data=body, allow_redirects=False
+                request.method,
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                skip_auto_headers=_NO_AUTO_HEADERS,
             )
         except (aiohttp.ClientError, OSError) as exc:
             record(502, "upstream-unreachable")
@@ -120,12 +180,9 @@ class Forwarder:
             )
 
         try:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in upstream.headers.items():
-                if key.lower() not in _HOP_BY_HOP or (
-                    key.lower() == "content-length" and not info.is_watch
-                ):
-                    response.headers.add(key, value)
+            response = RelayedResponse(
+                status=upstream.status, reason=upstream.reason, headers=end_to_end(upstream.headers)
+            )
             record(upstream.status)
             await response.prepare(request)
             if info.is_watch and upstream.status == 200:
@@ -166,6 +223,9 @@ class Forwarder:
         self.state.watches.add(stream)
         dropped = asyncio.ensure_future(stream.dropped.wait())
         read: asyncio.Future[bytes] | None = None
+        # Plain JSON lines are relayed up to the last whole event, so a clean drop ends
+        # between events; an encoded stream (gzip) is relayed as it comes.
+        lines = "Content-Encoding" not in upstream.headers
         buffer = b""
         try:
             while True:
@@ -176,16 +236,19 @@ class Forwarder:
                 chunk = read.result()
                 if not chunk:
                     break  # the apiserver ended the watch
+                if not lines:
+                    await response.write(chunk)
+                    continue
                 buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    await response.write(line + b"\n")
-            if stream.dropped.is_set() and stream.abort:
-                if request.transport is not None:
+                whole, newline, buffer = buffer.rpartition(b"\n")
+                if newline:
+                    await response.write(whole + newline)
+            if stream.dropped.is_set():
+                if stream.abort and request.transport is not None:
                     request.transport.abort()
-                return
-            if buffer:
-                await response.write(buffer)
+                    return
+            elif buffer:
+                await response.write(buffer)  # the apiserver's own end: every byte it sent
             await response.write_eof()
         finally:
             for task in (read, dropped):
@@ -194,6 +257,11 @@ class Forwarder:
                     with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
                         await task
             self.state.watches.discard(stream)
+
+
+async def _stream(request: web.Request) -> AsyncIterator[bytes]:
+    async for chunk in request.content.iter_any():
+        yield chunk
 
 
 def _failure(rule: FailRule) -> web.Response:

@@ -81,6 +81,7 @@ def test_the_seed_iso_ejected_reasons_and_pool_condition_types_exist() -> None:
         "EjectionInProgress",
         "Ejected",
         "EjectionFailed",
+        "NoOwnedMedia",  # ours: nothing of the pool's was attached (not counted as ejected)
     }
     assert {t.value for t in PoolConditionType} == {
         "Ready",

@@ -241,4 +241,5 @@ def test_iso_ejection_counts_count_each_reason() -> None:
         "ejectionInProgress": 0,
         "ejected": 2,
         "ejectionFailed": 0,
+        "noOwnedMedia": 0,
     }

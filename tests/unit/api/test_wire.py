@@ -61,6 +61,7 @@ def test_go_pool_round_trips_without_loss(fixture: Load) -> None:
         "status.isoEjections.ejectionInProgress",
         "status.isoEjections.ejected",
         "status.isoEjections.ejectionFailed",
+        "status.isoEjections.noOwnedMedia",
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from agentforge import vsphere
-from agentforge.api import kinds
+from agentforge.api import kinds, names
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube.controller import Result
@@ -207,6 +207,58 @@ async def test_an_identity_mismatch_is_ejection_failed_and_touches_nothing() -> 
     writes = len(status_writes(s.api))
     assert await reconcile(s) == Result(requeue=True)
     assert len(status_writes(s.api)) == writes, "a repeated failure rewrites nothing"
+
+
+async def test_a_look_alike_medium_is_no_owned_media_not_ejected_and_touches_nothing() -> None:
+    alike = f"[iso-ds] agent-forge/{ps.NS}/other-pool/{es.SHA}.iso"
+    s = installed(vm=es.FakeVm(cdroms={3000: es.cdrom(3000, alike)}))
+    assert await reconcile(s) is None
+    assert s.service.methods() == ["vm_by_uuid"]
+    assert s.vsphere_writes() == []
+    condition = s.condition()
+    assert condition is not None
+    assert (condition["reason"], condition["status"]) == ("NoOwnedMedia", "False")
+    assert (
+        f"CD-ROM 3000 holds {alike}: in folder agent-forge/{ps.NS}/other-pool/"
+        in (condition["message"])
+    )
+    assert "nothing was ejected" in condition["message"]
+    assert s.stored_record() is None
+    assert events(s) == []
+
+    assert await reconcile(s) is None  # kept: no second vSphere read, no write
+    assert s.service.methods() == ["vm_by_uuid"]
+    assert len(status_writes(s.api)) == 1
+
+
+async def test_an_agent_whose_serial_changed_after_binding_is_named_in_the_message() -> None:
+    changed = es.installed_agent(bios_uuid=ps.uuid(8))
+    changed["metadata"]["labels"][names.LABEL_AGENT_MACHINE] = es.VA  # prepared for this VM
+    s = installed(agent=changed, agent_ref=None, phase="Orphaned", reason="AgentMissing")
+    assert await reconcile(s) is None
+    assert s.service.calls == []
+    condition = s.condition()
+    assert condition is not None
+    assert condition["reason"] == "WaitingForInstallation"
+    assert "register" not in condition["message"]
+    assert condition["message"].startswith(
+        f"no Agent is matched to VM {es.VM} any more (BIOS UUID {es.UUID}, MAC {es.MAC}; phase "
+        f"Orphaned/AgentMissing): Agent {ps.NS}/{es.AGENT}, bound to AgentMachine am-1, "
+        "Installed=True reports serial"
+    )
+
+
+async def test_a_provisioning_vm_without_an_agent_waits_for_one_to_register() -> None:
+    s = installed(
+        agent=es.installed_agent(name="unrelated", bios_uuid=ps.uuid(8), macs=()),
+        agent_ref=None,
+        phase="Provisioning",
+        reason="AgentPending",
+    )
+    assert await reconcile(s) is None
+    condition = s.condition()
+    assert condition is not None
+    assert condition["message"] == f"waiting for an Agent to register from VM {es.VM}"
 
 
 async def test_an_ejected_condition_survives_opting_out_and_costs_nothing() -> None:

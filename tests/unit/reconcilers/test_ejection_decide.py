@@ -80,7 +80,7 @@ def test_an_unrelated_question_is_never_answered(phase: str) -> None:
 def test_a_question_pending_before_the_disconnect_was_issued_is_refused() -> None:
     result = step(record(), seen(question=LOCK))
     assert result.kind is K.REFUSE
-    assert "before our disconnect" in result.message
+    assert "pending before agent-forge sent its disconnect" in result.message
 
 
 def test_an_answered_question_still_shown_is_waited_for() -> None:
@@ -113,6 +113,26 @@ def test_a_disconnect_that_failed_after_our_yes_restarts() -> None:
 )
 def test_an_empty_recorded_device_finishes_the_record(phase: str, obs: Observation) -> None:
     assert step(record(phase, questionID="_vmx3"), obs).kind is K.DONE
+
+
+def test_the_end_says_who_emptied_the_device() -> None:
+    vm = f"VM {es.VM} (BIOS UUID {es.UUID})"
+    ours = step(record("DisconnectIssued"), seen(ejected=True))
+    assert ours.message == (
+        f"{es.ISO} was ejected from CD-ROM 3000 of {vm}: the device is disconnected and empty"
+    )
+    after_restart = step(record("Answered", questionID="_vmx3"), seen(device=Device.EMPTY))
+    assert after_restart.message == ours.message
+    someone = step(record("Recorded"), seen(device=Device.EMPTY))
+    assert someone.message == (
+        f"CD-ROM 3000 of {vm} was found disconnected and empty before agent-forge sent its "
+        f"disconnect: {es.ISO} was removed outside agent-forge"
+    )
+    gone = step(record("DisconnectIssued"), seen(device=Device.GONE))
+    assert gone.message == (
+        f"CD-ROM 3000 of {vm} no longer exists (the device was removed from the VM), so "
+        f"{es.ISO} is no longer attached"
+    )
 
 
 @pytest.mark.parametrize("phase", ["Recorded", "DisconnectIssued", "QuestionRecorded"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -99,6 +100,62 @@ def test_a_reinstalling_worker_of_an_opted_in_pool_waits_to_be_ejected_again() -
     assert held(result) is R.WAITING_FOR_INSTALLATION
 
 
+@pytest.mark.parametrize("change", [{}, {"agent": None}, {"vm_ready": False}])
+def test_no_owned_media_is_kept_without_a_vsphere_read(change: dict[str, Any]) -> None:
+    assert held(decide(current=R.NO_OWNED_MEDIA, **change)) is None
+
+
+def test_no_owned_media_turns_disabled_when_the_pool_opts_out() -> None:
+    assert held(decide(current=R.NO_OWNED_MEDIA, enabled=False)) is R.DISABLED
+
+
+def test_no_owned_media_is_looked_at_again_after_a_reinstall() -> None:
+    result = decide(current=R.NO_OWNED_MEDIA, agent=agent(installed="False"))
+    assert held(result) is R.WAITING_FOR_INSTALLATION
+    assert isinstance(decide(current=R.WAITING_FOR_INSTALLATION), gate.Start)
+
+
+def test_a_vm_still_waiting_for_its_first_agent_says_so() -> None:
+    for unmatched in (None, gate.Unmatched(once_matched=False)):
+        result = decide(agent=None, unmatched=unmatched)
+        assert isinstance(result, gate.Hold)
+        assert result.message == f"waiting for an Agent to register from VM {es.VM}"
+
+
+def test_an_agent_whose_serial_changed_after_binding_is_named_not_waited_for() -> None:
+    changed = agent(bios_uuid=ps.uuid(8))
+    result = decide(
+        agent=None,
+        unmatched=gate.Unmatched(
+            once_matched=True,
+            phase="Orphaned/AgentMissing",
+            bios_uuid=es.UUID,
+            mac=es.MAC,
+            claimants=(changed,),
+        ),
+    )
+    assert held(result) is R.WAITING_FOR_INSTALLATION
+    assert isinstance(result, gate.Hold)
+    assert "register" not in result.message
+    serial = changed.status.inventory.system_vendor.serial_number
+    assert result.message == (
+        f"no Agent is matched to VM {es.VM} any more (BIOS UUID {es.UUID}, MAC {es.MAC}; "
+        f"phase Orphaned/AgentMissing): Agent {ps.NS}/{es.AGENT}, bound to AgentMachine am-1, "
+        f"Installed=True reports serial {serial} and MACs {es.MAC}, which does not identify "
+        "the VM; nothing is ejected until an Agent that identifies the VM reports Installed=True"
+    )
+
+
+def test_an_agent_that_went_away_after_binding_is_said_to_be_gone() -> None:
+    result = decide(
+        agent=None,
+        unmatched=gate.Unmatched(once_matched=True, phase="Orphaned/AgentMissing"),
+    )
+    assert isinstance(result, gate.Hold)
+    assert "register" not in result.message
+    assert "the Agent it had is gone or no longer reports its BIOS UUID or MAC" in result.message
+
+
 def test_a_released_reclaimed_worker_keeps_ejected() -> None:
     assert held(decide(current=R.EJECTED, released=True, agent=agent(installed="False"))) is None
 
@@ -156,12 +213,106 @@ def test_the_cdrom_holding_the_pool_iso_is_chosen_and_a_second_cdrom_is_not() ->
     assert result.cdrom.key == 3002
 
 
-def test_a_vm_holding_only_unrelated_media_has_nothing_to_eject_and_says_what_stays() -> None:
-    other = es.cdrom(3000, f"[iso-ds] {es.PREFIX}/tools.iso")
-    result = plan(es.vm_facts(cdroms=(other,)))
+LOOK_ALIKES = [
+    pytest.param(
+        f"[iso-ds] agent-forge/{ps.NS}/other-pool/{es.SHA}.iso",
+        f"in folder agent-forge/{ps.NS}/other-pool/, not directly in the pool's pathPrefix "
+        f"{es.PREFIX}/",
+        id="another-pools-prefix",
+    ),
+    pytest.param(
+        f"[ds1] {es.PREFIX}/{es.SHA}.iso",
+        "on datastore ds1, not the pool's isoDatastore iso-ds",
+        id="another-datastore",
+    ),
+    pytest.param(
+        f"[iso-ds] {es.PREFIX}/old/{es.SHA}.iso",
+        f"in sub-folder {es.PREFIX}/old/, not directly in the pool's pathPrefix {es.PREFIX}/",
+        id="a-sub-folder",
+    ),
+    pytest.param(
+        f"[iso-ds] {es.PREFIX}/rhcos-live.iso",
+        "rhcos-live.iso is not a cached ISO's name (<sha256>.iso)",
+        id="not-content-addressed",
+    ),
+    pytest.param(
+        f"[iso-ds] {es.PREFIX}/{es.SHA.upper()}.iso",
+        f"{es.SHA.upper()}.iso is not a cached ISO's name (<sha256>.iso)",
+        id="upper-case-digest",
+    ),
+    pytest.param(
+        f"[iso-ds] {es.SHA}.iso",
+        f"in the datastore's root folder, not directly in the pool's pathPrefix {es.PREFIX}/",
+        id="datastore-root",
+    ),
+    pytest.param(
+        "/vmfs/volumes/iso-ds/x.iso",
+        "not a datastore path ([datastore] folder/name.iso)",
+        id="not-a-path",
+    ),
+]
+
+
+@pytest.mark.parametrize(("backing", "why"), LOOK_ALIKES)
+def test_a_look_alike_medium_is_not_ejected_nor_reported_ejected(backing: str, why: str) -> None:
+    result = plan(es.vm_facts(cdroms=(es.cdrom(3000, backing),)))
+    assert result.cdrom is None
+    assert result.reason is R.NO_OWNED_MEDIA
+    assert result.message == (
+        f"VM {es.VM} holds none of the pool's cached ISOs ([iso-ds] {es.PREFIX}/<sha256>.iso), "
+        f"so nothing was ejected: CD-ROM 3000 holds {backing}: {why}. What is attached stays "
+        "attached"
+    )
+
+
+def test_every_cdrom_is_named_with_what_it_holds() -> None:
+    client = dataclasses.replace(
+        es.cdrom(3001, None), kind=vsphere.MediumKind.CLIENT, connected=True
+    )
+    host = dataclasses.replace(
+        es.cdrom(3002, None), kind=vsphere.MediumKind.HOST, backing_file="/dev/sr0", connected=True
+    )
+    empty = es.cdrom(3003, None)  # what an eject leaves
+    other = es.cdrom(3000, f"[ds1] {es.PREFIX}/{es.SHA}.iso")
+    result = plan(es.vm_facts(cdroms=(other, client, host, empty)))
+    assert result.reason is R.NO_OWNED_MEDIA
+    assert "CD-ROM 3000 holds [ds1]" in result.message
+    assert "; CD-ROM 3001 is backed by a client device, not an ISO file" in result.message
+    assert "; CD-ROM 3002 is backed by the host device /dev/sr0, not an ISO file" in result.message
+    assert "; CD-ROM 3003 is disconnected and empty." in result.message
+
+
+def test_a_connected_client_device_alone_is_no_owned_media() -> None:
+    client = dataclasses.replace(
+        es.cdrom(3000, None), kind=vsphere.MediumKind.CLIENT, connected=True
+    )
+    assert plan(es.vm_facts(cdroms=(client,))).reason is R.NO_OWNED_MEDIA
+
+
+def test_empty_cdroms_are_found_ejected_and_said_so() -> None:
+    result = plan(es.vm_facts(cdroms=(es.cdrom(3000, None), es.cdrom(3001, None))))
     assert result.cdrom is None
     assert result.reason is R.EJECTED
-    assert "tools.iso" in result.message
+    assert result.message == (
+        f"no discovery ISO is attached to VM {es.VM}: CD-ROM 3000, CD-ROM 3001 are disconnected "
+        "and empty (ejected before, by agent-forge or by hand); nothing was done"
+    )
+
+
+def test_a_vm_without_a_cdrom_says_so() -> None:
+    facts = dataclasses.replace(es.vm_facts(), cdroms=())
+    result = plan(facts)
+    assert result.reason is R.EJECTED
+    assert result.message == (
+        f"no discovery ISO is attached to VM {es.VM}: it has no CD-ROM; nothing was done"
+    )
+
+
+def test_a_look_alike_beside_the_pools_iso_stays_and_the_pools_iso_is_chosen() -> None:
+    alike = es.cdrom(3000, f"[iso-ds] {es.PREFIX}/old/{es.SHA}.iso")
+    result = plan(es.vm_facts(cdroms=(alike, es.cdrom(3001))))
+    assert result.cdrom is not None
+    assert result.cdrom.key == 3001
 
 
 def test_a_vm_with_another_owners_markers_is_refused() -> None:
