@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
 
 POOL = kinds.VSPHERE_AGENT_POOL
 HIDDEN_HOST = "images.example.test"  # only the test proxy can reach it
+ISO_SIZE = 2 * 1024 * 1024  # over the 1 MiB any real discovery image exceeds (`iso_check`)
 
 
 @dataclasses.dataclass
@@ -47,8 +48,8 @@ async def images(tmp_path: Path) -> AsyncIterator[Images]:
     pair = pki.issue_serving_pair(ca, tmp_path / "tls", common_name="images", hosts=(HIDDEN_HOST,))
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(pair.cert, pair.key)
-    secure = await IsoServer(size=512 * 1024, ssl_context=context).start()
-    plain = await IsoServer(size=512 * 1024).start()
+    secure = await IsoServer(size=ISO_SIZE, ssl_context=context).start()
+    plain = await IsoServer(size=ISO_SIZE).start()
     try:
         yield Images(secure, plain, ca.cert.read_text(), tmp_path / "trusted-ca" / "ca-bundle.crt")
     finally:
@@ -156,7 +157,7 @@ async def test_a_redirect_to_http_is_refused_with_a_clear_message(
 
 
 async def test_an_image_over_the_size_cap_names_the_flag(world: World, images: Images) -> None:
-    use(world, images, iso_max_size="256Ki")
+    use(world, images, iso_max_size="1Mi")
     images.bundle.parent.mkdir()
     images.bundle.write_text(images.ca_pem)
     images.secure.publish(world.namespace, "infra")
@@ -164,6 +165,6 @@ async def test_an_image_over_the_size_cap_names_the_flag(world: World, images: I
     async with world.run(vm_controller=False):
         pool = await world.condition(POOL, "pool", "ISOReady", status="False", reason="ISOTooLarge")
     message = iso_ready(pool)["message"]
-    assert f"is {512 * 1024} bytes, over the limit of {256 * 1024} bytes" in message
+    assert f"is {ISO_SIZE} bytes, over the limit of {1024 * 1024} bytes" in message
     assert "set by --iso-max-size: raise --iso-max-size" in message
     assert await world.iso_files() == []
