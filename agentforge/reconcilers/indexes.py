@@ -104,14 +104,20 @@ def namespaced_key(namespace: str, name: str) -> str:
 
 
 def infra_env_of_agent(agent: Mapping[str, Any]) -> str | None:
-    """The InfraEnv that registered an Agent: its label, else an InfraEnv ownerReference."""
+    """The InfraEnv that registered an Agent: its label, else an ownerReference to an
+    InfraEnv (kind and API group; an ownerReference is always to an object of the
+    Agent's namespace, which the index key adds)."""
     label = _str(_get(agent, "metadata", "labels", names.LABEL_INFRAENV))
     if label:
         return label
     owners = _get(agent, "metadata", "ownerReferences")
     if isinstance(owners, list):
         for owner in owners:
-            if isinstance(owner, Mapping) and owner.get("kind") == kinds.INFRA_ENV.kind:
+            if (
+                isinstance(owner, Mapping)
+                and owner.get("kind") == kinds.INFRA_ENV.kind
+                and str(owner.get("apiVersion", "")).partition("/")[0] == kinds.INFRA_ENV.group
+            ):
                 name = _str(owner.get("name"))
                 if name:
                     return name

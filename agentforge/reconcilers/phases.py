@@ -65,6 +65,8 @@ class PhaseContext:
     now_exact: datetime
     now: datetime
     """`now_exact` in whole seconds, as status times are."""
+    control_plane_namespace: str
+    """Where the pool's AgentMachines and Machines (`machines`, `machine_of_am`) live."""
     machines: Mapping[str, MachineFacts]
     machine_of_am: Mapping[str, MachineFacts]
     wake: list[datetime] = field(default_factory=list)
@@ -90,6 +92,14 @@ def _machine_ref(machine: MachineFacts | None, previous: str | None) -> Ref | No
     return Ref(previous) if previous else None
 
 
+def _recorded_machine(va: VsphereAgentFacts, ctx: PhaseContext) -> str | None:
+    """The recorded Machine's name, unless the record places it outside the control
+    plane namespace (then it is not one of the pool's Machines: not looked up)."""
+    if va.machine_ref_namespace not in (None, ctx.control_plane_namespace):
+        return None
+    return va.machine_ref
+
+
 def _decide(
     va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext
 ) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
@@ -109,26 +119,29 @@ def _decide(
         return VMPhase.PROVISIONING, _provisioning_reason(va), None, None
 
     agent_ref = Ref(agent.name, agent.uid or None)
+    recorded = _recorded_machine(va, ctx)
     if agent.bound:
         am = agent.agent_machine_ref
+        if agent.agent_machine_namespace not in (None, ctx.control_plane_namespace):
+            am = None  # an AgentMachine of that name in another namespace is not ours
         machine = (ctx.machine_of_am.get(am) or ctx.machines.get(am)) if am else None
         if machine is None:
-            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, va.machine_ref)
+            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, recorded)
         machine_ref = Ref(machine.name, machine.uid or None)
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, machine_ref
         return _BOUND, _AGENT_BOUND, agent_ref, machine_ref
     if va.phase in _ONCE_BOUND:
-        if not va.machine_ref:
+        if not recorded:
             reason = (
                 VMReason.MACHINE_DELETED
                 if va.reason in (VMReason.MACHINE_DELETING, VMReason.MACHINE_DELETED)
                 else VMReason.AGENT_UNBOUND
             )
             return VMPhase.RELEASED, reason, agent_ref, None
-        machine = ctx.machines.get(va.machine_ref)
+        machine = ctx.machines.get(recorded)
         if machine is None:
-            return VMPhase.RELEASED, VMReason.MACHINE_DELETED, agent_ref, Ref(va.machine_ref)
+            return VMPhase.RELEASED, VMReason.MACHINE_DELETED, agent_ref, Ref(recorded)
         current = Ref(machine.name, machine.uid or None)
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, current

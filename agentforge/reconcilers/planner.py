@@ -41,6 +41,7 @@ from typing import Final
 from agentforge.api import conditions as api_conditions
 from agentforge.api import names
 from agentforge.api.conditions import ISOEjectedReason, PoolConditionType
+from agentforge.api.meta import NamespacedName
 from agentforge.api.pool import PlannedActionType, VsphereAgentPool
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers import demand as demand_
@@ -226,6 +227,7 @@ def plan(snapshot: Snapshot) -> Plan:
     ctx = phases.PhaseContext(
         now_exact=snapshot.now,
         now=snapshot.now.replace(microsecond=0),
+        control_plane_namespace=pool.spec.control_plane_namespace,
         machines=machines,
         machine_of_am={
             m.infrastructure_name: m for m in snapshot.machines if m.infrastructure_name
@@ -234,7 +236,9 @@ def plan(snapshot: Snapshot) -> Plan:
     demand = demand_.demand(agent_machines=snapshot.agent_machines, machines=snapshot.machines)
     eligible = matching.eligible(
         snapshot.agents,
-        hosted_cluster=pool.spec.hosted_cluster_ref.name,
+        hosted_cluster=NamespacedName(
+            pool.spec.control_plane_namespace, pool.spec.hosted_cluster_ref.name
+        ),
         discriminator=discriminator(pool),
         claims=snapshot.claims,
     )
