@@ -23,7 +23,12 @@ from datetime import datetime, timedelta
 from typing import Final, NamedTuple
 
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.snapshot import AgentFacts, MachineFacts, VsphereAgentFacts
+from agentforge.reconcilers.snapshot import (
+    AgentFacts,
+    HandoverFacts,
+    MachineFacts,
+    VsphereAgentFacts,
+)
 
 ORPHAN_GRACE: Final = timedelta(minutes=30)
 """How long a VM may exist without discovery, and an orphan lingers before clean-up."""
@@ -47,7 +52,8 @@ class Ref(NamedTuple):
 
 
 class VMRecord(NamedTuple):
-    """The planner's part of a VM record (`status.vm.{phase,reason,agentRef,...}`)."""
+    """The planner's part of a VM record (`status.vm.{phase,reason,agentRef,...}` and
+    `status.handover`)."""
 
     vsphere_agent: str
     name: str
@@ -58,6 +64,8 @@ class VMRecord(NamedTuple):
     last_transition: datetime
     changed: bool
     """Differs from what the VsphereAgent's status records."""
+    handover: HandoverFacts | None = None
+    """The `status.handover` record to keep (see `assignment`)."""
 
 
 @dataclass(slots=True)
@@ -100,15 +108,24 @@ def _recorded_machine(va: VsphereAgentFacts, ctx: PhaseContext) -> str | None:
     return va.machine_ref
 
 
+def _previous(va: VsphereAgentFacts) -> VMPhase | None:
+    """The recorded phase, as far as it matters: a spare VM (`status.handover`) is
+    Released without ever having been bound, so it counts as what it was before."""
+    if va.handover is not None and va.phase is VMPhase.RELEASED:
+        return VMPhase.AVAILABLE if va.agent_ref else VMPhase.PROVISIONING
+    return va.phase
+
+
 def _decide(
     va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext
 ) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
     """Phase, reason, agentRef and machineRef of one VM."""
+    previous = _previous(va)
     if agent is None:
-        once_matched = bool(va.agent_ref) or va.phase in _ONCE_MATCHED
-        if once_matched or (va.phase is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
+        once_matched = bool(va.agent_ref) or previous in _ONCE_MATCHED
+        if once_matched or (previous is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
             return VMPhase.ORPHANED, VMReason.AGENT_MISSING, None, None
-        if va.phase is VMPhase.ORPHANED:
+        if previous is VMPhase.ORPHANED and va.reason != VMReason.AGENT_BOUND_ELSEWHERE:
             return VMPhase.ORPHANED, VMReason.DISCOVERY_TIMEOUT, None, None
         started = _discovery_started(va)
         if started is not None:
@@ -131,7 +148,7 @@ def _decide(
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, machine_ref
         return _BOUND, _AGENT_BOUND, agent_ref, machine_ref
-    if va.phase in _ONCE_BOUND:
+    if previous in _ONCE_BOUND:
         if not recorded:
             reason = (
                 VMReason.MACHINE_DELETED
@@ -152,12 +169,32 @@ def _decide(
 def record(va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext) -> VMRecord:
     """The record of `va`, matched to `agent` (None: no Agent matched)."""
     phase, reason, agent_ref, machine_ref = _decide(va, agent, ctx)
+    return build(va, phase, reason, agent_ref, machine_ref, handover=va.handover, now=ctx.now)
+
+
+def build(
+    va: VsphereAgentFacts,
+    phase: VMPhase,
+    reason: VMReason,
+    agent_ref: Ref | None,
+    machine_ref: Ref | None,
+    *,
+    handover: HandoverFacts | None,
+    now: datetime,
+) -> VMRecord:
+    """A record whose transition time moves only with the phase, and which says whether
+    it differs from what `va` records."""
     since = va.last_transition
     if phase is not va.phase or since is None:
-        return VMRecord(va.name, va.vm_name, phase, reason, agent_ref, machine_ref, ctx.now, True)
+        return VMRecord(
+            va.name, va.vm_name, phase, reason, agent_ref, machine_ref, now, True, handover
+        )
     changed = (
         reason != va.reason
         or (agent_ref.name if agent_ref else None) != va.agent_ref
         or (machine_ref.name if machine_ref else None) != va.machine_ref
+        or handover != va.handover
     )
-    return VMRecord(va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed)
+    return VMRecord(
+        va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed, handover
+    )

@@ -52,6 +52,16 @@ class SnapshotSource:
         facts = self._va_facts.facts(cached) if cached is not None else None
         return facts.vm_status if facts is not None else {}
 
+    def handover(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The cached `status.handover` of a VsphereAgent (None when it has none)."""
+        cached = self._vsphere_agents.get(namespace=namespace, name=name)
+        found = ((cached or {}).get("status") or {}).get("handover")
+        return found if isinstance(found, Mapping) else None
+
+    def resource_version(self, *, namespace: str, name: str) -> str:
+        cached = self._vsphere_agents.get(namespace=namespace, name=name)
+        return str(((cached or {}).get("metadata") or {}).get("resourceVersion") or "")
+
     def snapshot(self, pool: VsphereAgentPool, *, now: datetime) -> planner.Snapshot:
         namespace, name = pool.metadata.namespace, pool.metadata.name
         node_pool = indexes.node_pool_key(

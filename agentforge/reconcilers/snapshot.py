@@ -95,10 +95,18 @@ class AgentMachineFacts:
     """The selection label pinned into `spec.agentLabelSelector.matchLabels`."""
     selection: str
     """The selection label value its VsphereAgent and Agent carry (`naming`)."""
+    uid: str = ""
+    created: str = ""
+    """`metadata.creationTimestamp` as written (RFC 3339 sorts as text): oldest first."""
+    agent: NamespacedName | None = None
+    """The Agent CAPI assigned (`status.agentRef`, namespace defaulted)."""
+    provider_agent: str | None = None
+    """The Agent name or UID in `spec.providerID` (`agent://...`)."""
 
 
 def agent_machine_facts(obj: JsonObj) -> AgentMachineFacts:
     view = views.AgentMachine.model_validate(obj)
+    created = (obj.get("metadata") or _EMPTY).get("creationTimestamp")
     return AgentMachineFacts(
         name=view.metadata.name,
         deleting=view.is_deleting,
@@ -107,6 +115,10 @@ def agent_machine_facts(obj: JsonObj) -> AgentMachineFacts:
         has_agent=view.has_agent,
         pinned=view.spec.agent_label_selector.match_labels.get(names.LABEL_AGENT_MACHINE),
         selection=naming.selection_label_value(agent_machine=view.metadata.name),
+        uid=view.metadata.uid,
+        created=created if isinstance(created, str) else "",
+        agent=view.agent_key,
+        provider_agent=view.provider_agent,
     )
 
 
@@ -151,6 +163,38 @@ def infra_env_facts(obj: JsonObj) -> InfraEnvFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class HandoverFacts:
+    """`status.handover`: the VM is spare (`to` None) or being handed to AgentMachine `to`."""
+
+    from_: str
+    """The selection label value of the AgentMachine it was made for or last served."""
+    to: str | None
+    to_uid: str | None
+    since: datetime
+
+    @property
+    def selection(self) -> str | None:
+        """The selection label value of the target AgentMachine, while handing over."""
+        return naming.selection_label_value(agent_machine=self.to) if self.to else None
+
+
+def handover_facts(value: object) -> HandoverFacts | None:
+    """The record as written; an unreadable one counts as none (the planner decides anew)."""
+    if not isinstance(value, Mapping):
+        return None
+    from_ = _str(value.get("fromAgentMachine"))
+    since = parse_time(value.get("since"))
+    if from_ is None or since is None:
+        return None
+    return HandoverFacts(
+        from_=from_,
+        to=_str(value.get("toAgentMachine")),
+        to_uid=_str(value.get("toAgentMachineUID")),
+        since=since,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class VsphereAgentFacts:
     """One VsphereAgent and the VM record in its status."""
 
@@ -183,6 +227,18 @@ class VsphereAgentFacts:
     pool_uid: str | None = None
     """The UID in its ownerReference to a VsphereAgentPool, if it has one: an object
     left by an earlier pool of the same name carries that pool's UID."""
+    handover: HandoverFacts | None = None
+    """`status.handover`: spare, or being handed to another AgentMachine."""
+    resource_version: str = ""
+
+    @property
+    def target(self) -> str | None:
+        """The selection label value of the AgentMachine it is for: the hand-over's
+        target while one runs, else its label."""
+        handover = self.handover
+        if handover is not None and handover.to:
+            return handover.selection
+        return self.agent_machine
 
     @property
     def vm_exists(self) -> bool:
@@ -288,6 +344,8 @@ def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
         iso_ejected=ejected,
         vm_status=vm,
         pool_uid=_pool_owner_uid(meta),
+        handover=handover_facts(status.get("handover")),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 

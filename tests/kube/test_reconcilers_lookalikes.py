@@ -97,3 +97,49 @@ async def test_an_agent_bound_to_a_namesake_cluster_does_not_keep_the_agent_mach
     look_alike = await world.get(kinds.AGENT, "a-look-alike")
     assert look_alike is not None
     assert names.LABEL_AGENT_MACHINE not in look_alike["metadata"]["labels"]  # never prepared
+
+
+async def test_a_vm_taken_by_a_namesake_cluster_is_replaced_for_the_agent_machine(
+    world: World,
+) -> None:
+    """The other `demo`'s provider binds the Agent of our VM (its `am-1` selects what
+    ours would). That VM serves nobody of this pool now (Orphaned,
+    AgentBoundElsewhere) and is never deleted while bound; our `am-1` gets a new VM
+    instead of waiting for ever."""
+    await world.setup_pool()
+    await world.waiting_agent_machine("am-1")
+    await world.create(
+        kinds.MACHINE, machine_obj(world.cpns, world.ns, "machine-am-1", infra="am-1")
+    )
+    await world.vm_recorded("am-1", bios_uuid=UUID)
+    await world.create(kinds.AGENT, agent_obj(world.ns, "agent-1"))
+    await world.patch(kinds.AGENT, "agent-1", {"status": agent_inventory(UUID)}, status=True)
+    await world.phase_is("am-1", "Available", "AgentAvailable")
+
+    taken = bound_elsewhere(world.ns, "agent-1")
+    await world.patch(
+        kinds.AGENT,
+        "agent-1",
+        {
+            "metadata": {
+                "labels": taken["metadata"]["labels"],
+                "annotations": taken["metadata"]["annotations"],
+            },
+            "spec": {"clusterDeploymentName": taken["spec"]["clusterDeploymentName"]},
+        },
+    )
+    vm = await world.phase_is("am-1", "Orphaned", "AgentBoundElsewhere")
+    assert "agentRef" not in vm
+
+    async def replacement() -> JsonObj | None:
+        for va in await world.vsphere_agents():
+            labels = va["metadata"]["labels"]
+            if va["metadata"]["name"] != "am-1" and labels[names.LABEL_AGENT_MACHINE] == "am-1":
+                return va
+        return None
+
+    new_va = await until("a new VsphereAgent for am-1", replacement)
+    assert new_va["metadata"]["name"].startswith("am-1-workers-")
+    pool = await world.pool()
+    assert not any(a["type"] == "DeleteVM" for a in pool["status"]["plannedActions"])
+    assert await world.get(kinds.VSPHERE_AGENT, "am-1") is not None

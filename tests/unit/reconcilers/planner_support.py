@@ -332,6 +332,7 @@ class World:
             obj = self.vsphere_agents[record.vsphere_agent]
             vm = obj.setdefault("status", {}).setdefault("vm", {})
             pool_status.apply_vm(vm, record, where=WHERE)
+            pool_status.apply_handover(obj["status"], record)
         for deletion in plan.deletions:
             meta = self.vsphere_agents[deletion.vsphere_agent]["metadata"]
             meta["deletionTimestamp"] = format_time(self.now)
