@@ -61,6 +61,7 @@ enough that a scale-down frees its VMs soon."""
 
 _FREE_PHASES: Final = frozenset({VMPhase.PROVISIONING, VMPhase.AVAILABLE})
 _SELECTION: Final = names.LABEL_AGENT_MACHINE
+_ADOPTED: Final = names.CreatedFor.ADOPTED.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +122,8 @@ class World:
     vsphere_agents: Sequence[VsphereAgentFacts]
     """The live (not deleting) VsphereAgents, in the planner's order."""
     retiring: Sequence[VsphereAgentFacts]
-    records: Mapping[str, VMRecord]
-    """Each live VsphereAgent's record as `phases` decided it."""
+    records: Sequence[VMRecord]
+    """Each live VsphereAgent's record as `phases` decided it (in `vsphere_agents` order)."""
     matches: Mapping[str, AgentFacts]
     agent_machines: Sequence[AgentMachineFacts]
     machine_of_am: Mapping[str, MachineFacts]
@@ -133,10 +134,6 @@ class World:
     now: datetime
     create: bool
     """False while other pools claim the same AgentMachines: nothing new is made."""
-
-
-def _made_for_agent_machines(va: VsphereAgentFacts) -> bool:
-    return not va.adopted and bool(va.agent_machine)
 
 
 def _accepts(am: AgentMachineFacts, agent: AgentFacts | None, namespace: str) -> bool:
@@ -157,38 +154,80 @@ def _progress(va: VsphereAgentFacts, matches: Mapping[str, AgentFacts]) -> tuple
 
 
 def assign(world: World) -> Outcome:
-    live = {am.name: am for am in world.agent_machines if not am.deleting}
-    present = {
-        name: am
-        for name, am in live.items()
-        if not ((m := world.machine_of_am.get(name)) is not None and m.deleting)
-    }
-    by_selection = {am.selection: am for am in present.values()}
+    live: dict[str, AgentMachineFacts] = {}  # built when first needed (steady state)
+    machine_of_am = world.machine_of_am
     state = _State()
-    rest: list[VsphereAgentFacts] = []
-    for va in world.vsphere_agents:  # the binding decides first
-        if not _made_for_agent_machines(va):
+    serving, served = state.serving, state.served
+    rest: list[tuple[VsphereAgentFacts, VMRecord]] = []
+    matches, cpns = world.matches, world.control_plane_namespace
+    with_records: list[VsphereAgentFacts] = []
+    for va, record in zip(world.vsphere_agents, world.records, strict=True):
+        # the binding decides first (the hot loop: inlined)
+        if va.created_for == _ADOPTED or not va.agent_machine:
             continue
-        agent = world.matches.get(va.name)
+        if va.handover is not None:
+            with_records.append(va)
+        agent = matches.get(va.name)
         if agent is None or not agent.bound:
-            rest.append(va)
+            rest.append((va, record))
             continue
-        if agent.agent_machine_namespace in (None, world.control_plane_namespace):
+        where = agent.agent_machine_namespace
+        if where is None or where == cpns:
+            if not live:
+                live = _live(world)
             am = live.get(agent.agent_machine_ref or "")
-            if am is not None and am.name not in state.served:
-                state.take(va, am)
-    for va in rest:
-        _place(va, world, by_selection, state)
-    return _pair(world, present, state)
+            if am is not None and am.name not in served:
+                serving[va.name] = am.name
+                served[am.name] = va.name
+
+    leaving = {name for name, m in machine_of_am.items() if m.deleting}
+    if rest:
+        by_selection = {
+            am.selection: am
+            for am in world.agent_machines
+            if not am.deleting and am.name not in leaving
+        }
+        free = state.free
+        for va, record in rest:  # the usual case inlined: its own AgentMachine, no Agent
+            agent = matches.get(va.name)
+            phase = record.phase
+            if (
+                va.handover is None
+                and phase in _FREE_PHASES
+                and (agent is not None or not va.vm_exists)  # `taken_by` cannot apply
+            ):
+                am = by_selection.get(va.agent_machine or "")
+                if am is None:
+                    free.append(va)
+                    continue
+                if am.name not in served and am.agent is None and am.provider_agent is None:
+                    serving[va.name] = am.name
+                    served[am.name] = va.name
+                    continue
+            _place(va, record, world, by_selection, state)
+    needy = [
+        am
+        for am in world.agent_machines
+        if am.waiting
+        and not am.has_agent
+        and not am.deleting
+        and am.name not in served
+        and am.name not in leaving
+    ]
+    return _pair(world, needy, with_records, state, live or (_live(world) if with_records else {}))
+
+
+def _live(world: World) -> dict[str, AgentMachineFacts]:
+    return {am.name: am for am in world.agent_machines if not am.deleting}
 
 
 def _place(
     va: VsphereAgentFacts,
+    record: VMRecord,
     world: World,
     by_selection: Mapping[str, AgentMachineFacts],
     state: _State,
 ) -> None:
-    record = world.records[va.name]
     agent = world.matches.get(va.name)
     if agent is None and va.vm_exists and (holder := world.taken_by(va)) is not None:
         state.taken[va.name] = holder
@@ -215,17 +254,16 @@ def _place(
         state.free.append(va)
 
 
-def _pair(world: World, present: Mapping[str, AgentMachineFacts], state: _State) -> Outcome:
+def _pair(
+    world: World,
+    waiting: Sequence[AgentMachineFacts],
+    with_records: Sequence[VsphereAgentFacts],
+    state: _State,
+    live: Mapping[str, AgentMachineFacts],
+) -> Outcome:
     waited_for = {va.target for va in world.retiring}
     needy = sorted(
-        (
-            am
-            for am in present.values()
-            if am.waiting
-            and not am.has_agent
-            and am.name not in state.served
-            and am.selection not in waited_for
-        ),
+        (am for am in waiting if am.selection not in waited_for),
         key=lambda am: (am.created, am.name),
     )
     free = sorted(state.free, key=lambda va: _progress(va, world.matches))
@@ -243,13 +281,12 @@ def _pair(world: World, present: Mapping[str, AgentMachineFacts], state: _State)
             Handover(va.name, va.uid, va.vm_name, va.agent_machine or "", am.name, am.selection)
         )
     started = {h.vsphere_agent for h in handovers}
-    for va in world.vsphere_agents:
+    for va in with_records:
         if va.name in state.serving and va.name not in started:
             _finish(
                 va,
                 world,
-                state.serving[va.name],
-                present=present,
+                live.get(state.serving[va.name]),
                 records=records,
                 handovers=handovers,
             )
@@ -268,7 +305,7 @@ def _pair(world: World, present: Mapping[str, AgentMachineFacts], state: _State)
             )
     for name in state.taken:
         records[name] = None
-    recorded = {va.name: va.handover for va in world.vsphere_agents}
+    recorded = {va.name: va.handover for va in with_records}
     return Outcome(
         serving=state.serving,
         handovers=tuple(handovers),
@@ -282,9 +319,8 @@ def _pair(world: World, present: Mapping[str, AgentMachineFacts], state: _State)
 def _finish(
     va: VsphereAgentFacts,
     world: World,
-    am_name: str,
+    am: AgentMachineFacts | None,
     *,
-    present: Mapping[str, AgentMachineFacts],
     records: dict[str, HandoverFacts | None],
     handovers: list[Handover],
 ) -> None:
@@ -294,7 +330,6 @@ def _finish(
     handover = va.handover
     if handover is None:
         return
-    am = present.get(am_name)
     target = handover.selection
     if not handover.to or am is None or target != am.selection:
         records[va.name] = None

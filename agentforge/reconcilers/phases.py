@@ -39,6 +39,7 @@ _ONCE_BOUND: Final = frozenset({VMPhase.BOUND, VMPhase.RELEASED})
 # The outcomes a plan decides thousands of times, bound once: an Enum member lookup
 # (`VMPhase.BOUND`) is a slow metaclass attribute access on Python 3.11.
 _AVAILABLE: Final = VMPhase.AVAILABLE
+_RELEASED: Final = VMPhase.RELEASED
 _AGENT_AVAILABLE: Final = VMReason.AGENT_AVAILABLE
 _BOUND: Final = VMPhase.BOUND
 _AGENT_BOUND: Final = VMReason.AGENT_BOUND
@@ -108,19 +109,15 @@ def _recorded_machine(va: VsphereAgentFacts, ctx: PhaseContext) -> str | None:
     return va.machine_ref
 
 
-def _previous(va: VsphereAgentFacts) -> VMPhase | None:
-    """The recorded phase, as far as it matters: a spare VM (`status.handover`) is
-    Released without ever having been bound, so it counts as what it was before."""
-    if va.handover is not None and va.phase is VMPhase.RELEASED:
-        return VMPhase.AVAILABLE if va.agent_ref else VMPhase.PROVISIONING
-    return va.phase
-
-
 def _decide(
     va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext
 ) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
     """Phase, reason, agentRef and machineRef of one VM."""
-    previous = _previous(va)
+    previous = va.phase
+    if va.handover is not None and previous is _RELEASED:
+        # spare (`status.handover`): Released without ever having been bound, so it
+        # counts as what it was before
+        previous = _AVAILABLE if va.agent_ref else VMPhase.PROVISIONING
     if agent is None:
         once_matched = bool(va.agent_ref) or previous in _ONCE_MATCHED
         if once_matched or (previous is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
@@ -136,19 +133,20 @@ def _decide(
         return VMPhase.PROVISIONING, _provisioning_reason(va), None, None
 
     agent_ref = Ref(agent.name, agent.uid or None)
-    recorded = _recorded_machine(va, ctx)
     if agent.bound:
         am = agent.agent_machine_ref
-        if agent.agent_machine_namespace not in (None, ctx.control_plane_namespace):
+        where = agent.agent_machine_namespace
+        if where is not None and where != ctx.control_plane_namespace:
             am = None  # an AgentMachine of that name in another namespace is not ours
         machine = (ctx.machine_of_am.get(am) or ctx.machines.get(am)) if am else None
         if machine is None:
-            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, recorded)
+            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, _recorded_machine(va, ctx))
         machine_ref = Ref(machine.name, machine.uid or None)
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, machine_ref
         return _BOUND, _AGENT_BOUND, agent_ref, machine_ref
     if previous in _ONCE_BOUND:
+        recorded = _recorded_machine(va, ctx)
         if not recorded:
             reason = (
                 VMReason.MACHINE_DELETED
@@ -169,7 +167,20 @@ def _decide(
 def record(va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext) -> VMRecord:
     """The record of `va`, matched to `agent` (None: no Agent matched)."""
     phase, reason, agent_ref, machine_ref = _decide(va, agent, ctx)
-    return build(va, phase, reason, agent_ref, machine_ref, handover=va.handover, now=ctx.now)
+    # `build` inlined (this runs per VM per plan), the record kept as it is
+    since = va.last_transition
+    if phase is not va.phase or since is None:
+        return VMRecord(
+            va.name, va.vm_name, phase, reason, agent_ref, machine_ref, ctx.now, True, va.handover
+        )
+    changed = (
+        reason != va.reason
+        or (agent_ref.name if agent_ref else None) != va.agent_ref
+        or (machine_ref.name if machine_ref else None) != va.machine_ref
+    )
+    return VMRecord(
+        va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed, va.handover
+    )
 
 
 def build(

@@ -227,19 +227,20 @@ def plan(snapshot: Snapshot) -> Plan:
 
     live: list[VsphereAgentFacts] = []
     retiring: list[VsphereAgentFacts] = []
-    base: dict[str, VMRecord] = {}
+    bases: list[VMRecord] = []
+    record_of = phases.record
     for va in ordered:
         if va.deleting:
             retiring.append(va)
         else:
             live.append(va)
-            base[va.name] = phases.record(va, matches.get(va.name), ctx)
+            bases.append(record_of(va, matches.get(va.name), ctx))
     bound_agents = BoundAgents(snapshot.agents)
     outcome = assignment.assign(
         assignment.World(
             vsphere_agents=live,
             retiring=retiring,
-            records=base,
+            records=bases,
             matches=matches,
             agent_machines=snapshot.agent_machines,
             machine_of_am=ctx.machine_of_am,
@@ -259,11 +260,12 @@ def plan(snapshot: Snapshot) -> Plan:
     pending = 0
     cleanup = pool.cleanup_enabled
     preparation = Preparation.of(pool)
-    for va in live:
+    adjusted = bool(outcome.records or outcome.spares or outcome.taken)  # else as `phases` said
+    for va, phased in zip(live, bases, strict=True):
         if va.iso_ejected is not None:
             ejections[va.iso_ejected] = ejections.get(va.iso_ejected, 0) + 1
         agent = matches.get(va.name)
-        record = _assigned(va, base[va.name], outcome, ctx.now)
+        record = _assigned(va, phased, outcome, ctx.now) if adjusted else phased
         records.append(record)
         phase = record.phase
         if phase in _PENDING:

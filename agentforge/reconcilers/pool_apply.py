@@ -61,7 +61,7 @@ class PoolEvent(StrEnum):
 
 
 Event = Callable[[JsonObj, PoolEvent, str, bool], Awaitable[None]]
-EXPECTATION_TIMEOUT = 30.0
+EXPECTATION_TIMEOUT = 10.0
 """Seconds after which a write the cache never showed stops holding the pool back."""
 
 

@@ -65,7 +65,9 @@ class Preparation:
         for key, value in self.labels.items():
             if have.get(key) != value:
                 labels[key] = value
-        selection = va.target or vm_name
+        handover = va.handover  # `va.target`, inlined: this runs per VM per plan
+        target = handover.selection if handover is not None and handover.to else va.agent_machine
+        selection = target or vm_name
         if have.get(_SELECTION) != selection:
             labels[_SELECTION] = selection
         spec: dict[str, Any] = {}

@@ -209,7 +209,7 @@ def _describe(m: Model) -> str:
 
 
 AgentMachineChurn.TestCase.settings = settings(
-    max_examples=300,
+    max_examples=100,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
