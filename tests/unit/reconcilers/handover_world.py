@@ -53,7 +53,9 @@ class Model:
     policy: str = "Delete"
     world: World = field(init=False)
     removed_at: list[datetime] = field(default_factory=list)
-    """When AgentMachines started to go away."""
+    """When something happened that frees a VM: an AgentMachine started to go away, an
+    AgentMachine was bound to the Agent of a VM made for another, an Orphaned VM's
+    Agent registered after all."""
     noticed_at: list[datetime] = field(default_factory=list)
     """... and when the planner first ran after each (a spare's clock starts then)."""
     violations: list[str] = field(default_factory=list)
@@ -149,6 +151,8 @@ class Model:
                 if any(labels.get(k) != v for k, v in selector.items()):
                     continue
                 name = am["metadata"]["name"]
+                if labels.get(names.LABEL_AGENT_MACHINE, name) != name:
+                    self.removed_at.append(self.now)  # it takes another AgentMachine's VM
                 labels[names.LABEL_AGENT_MACHINE_REF] = name
                 agent["metadata"]["annotations"] = {
                     names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: CPNS
@@ -182,6 +186,8 @@ class Model:
                  "lastTransitionTime": format_time(self.now)}
             ]  # fmt: skip
         elif not any(agent_facts(a).bios_uuid == uuid(n) for a in self.world.agents.values()):
+            if vm.get("phase") == "Orphaned":
+                self.removed_at.append(self.now)  # discovery came late: the VM is back
             self.world.add(agent_obj(f"agent-{n:04d}", bios_uuid=uuid(n)))
 
     def progress_all(self) -> None:

@@ -10,10 +10,12 @@ pool planner applied), in any order and at any pace. After every pass of the pla
   Agent + VMs whose Agent is (or was) bound + spare VMs, VMs whose discovery failed
   (Orphaned, no capacity) aside, each cleaned up `ORPHAN_GRACE` after it became one;
 * an AgentMachine is served by at most one unbound VM;
-* spare VMs exist only while no AgentMachine waits without a VM, and there are never
-  more of them than AgentMachines the planner saw go away within the last
-  `HANDOVER_GRACE` (the slack, whatever the history; under `cleanupPolicy: Delete` a
-  spare older than that is gone);
+* spare VMs exist only while no AgentMachine waits without a VM, each became spare
+  within the last `HANDOVER_GRACE` (under `cleanupPolicy: Delete` an older one is
+  gone), and there are never more of them than the events that free a VM which the
+  planner saw in that window: an AgentMachine going away, an AgentMachine bound to the
+  Agent of a VM made for another, an Orphaned VM's Agent registering after all (the
+  slack: zero without such events, whatever happened before the window);
 * nothing is deleted or handed over while an Agent of its VM is bound.
 
 And once the churn stops, the world converges: every AgentMachine bound to the Agent
