@@ -78,6 +78,7 @@ def _objects(*, prepared: bool) -> dict[str, list[dict[str, Any]]]:
     for n in range(SIZE):
         am, vm = f"{POOL}-{n:05d}", f"demo-worker-{n:08x}"
         labels: dict[str, str] = {names.LABEL_INFRAENV: "demo"}
+        annotations: dict[str, str] = {}
         spec: dict[str, Any] = {"approved": prepared, "role": "worker" if prepared else ""}
         if prepared:
             labels |= {
@@ -87,11 +88,13 @@ def _objects(*, prepared: bool) -> dict[str, list[dict[str, Any]]]:
                 names.LABEL_AGENT_MACHINE: am,
                 names.LABEL_AGENT_MACHINE_REF: am,
             }
-            spec |= {"hostname": vm, "clusterDeploymentName": {"name": "demo"}}
+            annotations = {names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: CPNS}
+            spec |= {"hostname": vm, "clusterDeploymentName": {"name": "demo", "namespace": CPNS}}
         agents.append(
             {
                 "metadata": {"name": f"agent-{n}", "namespace": NS, "uid": f"u{n}",
-                             "resourceVersion": "1", "labels": labels},
+                             "resourceVersion": "1", "labels": labels,
+                             "annotations": annotations},
                 "spec": spec,
                 "status": {"inventory": {"hostname": vm, "interfaces": [{"macAddress": _mac(n)}],
                                          "systemVendor": {"serialNumber": _serial(n)}}},

@@ -6,11 +6,22 @@ no more, see `trim`); everything else the API server sends is ignored on parse.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agentforge.api.fields import DNS1123Subdomain, KubeModel, Time, View
+
+
+class NamespacedName(NamedTuple):
+    """An object's namespace and name: how two references are compared (never by name
+    alone: objects of one name live in many namespaces)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class OwnerReference(View):

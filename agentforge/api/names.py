@@ -72,7 +72,11 @@ LABEL_NODEPOOL_ROLE: Final = "hypershift.openshift.io/nodepool-role"
 """On prepared Agents: the pool's `spec.agent.role`."""
 
 LABEL_AGENT_MACHINE_REF: Final = "agentMachineRef"
-"""On Agents, set by cluster-api-provider-agent while bound to an AgentMachine."""
+"""On Agents, set by cluster-api-provider-agent while bound to an AgentMachine (its name)."""
+
+ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: Final = "agentMachineRefNamespace"
+"""On Agents, set by cluster-api-provider-agent next to `agentMachineRef`: the
+AgentMachine's namespace (older providers set only the label)."""
 
 LABEL_INFRAENV: Final = "infraenvs.agent-install.openshift.io"
 """On Agents: the name of the InfraEnv whose discovery ISO registered them."""

@@ -203,6 +203,8 @@ class PlannedActionType(StrEnum):
     DELETE_VM = "DeleteVM"
     DELETE_AGENT = "DeleteAgent"
     PATCH_AGENT = "PatchAgent"
+    HAND_OVER_VM = "HandOverVM"
+    """A VM whose AgentMachine went away serves another AgentMachine of the pool."""
     NOOP = "Noop"
 
 
@@ -210,7 +212,7 @@ class PlannedAction(KubeModel):
     """One action of the latest plan."""
 
     type: OpenEnum[PlannedActionType]
-    """DemandDeficit, DeleteVM, DeleteAgent, PatchAgent or Noop (values in
+    """DemandDeficit, HandOverVM, DeleteVM, DeleteAgent, PatchAgent or Noop (values in
     `PlannedActionType`); other versions may write others (older Go releases documented
     CreateVM)."""
     name: str | None = None

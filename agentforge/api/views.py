@@ -16,8 +16,8 @@ from pydantic import Field
 
 from agentforge.api import identity, names
 from agentforge.api.fields import Time, View
-from agentforge.api.kinds import INFRA_ENV
-from agentforge.api.meta import ObjectMeta
+from agentforge.api.kinds import AGENT_MACHINE, INFRA_ENV
+from agentforge.api.meta import NamespacedName, ObjectMeta
 
 CONDITION_READY = "Ready"
 CONDITION_INSTALLED = "Installed"
@@ -159,12 +159,39 @@ class Agent(View):
         if label:
             return label
         owner = self.metadata.owner(kind=INFRA_ENV.kind)
-        return owner.name if owner and owner.name else None
+        if owner is None or owner.api_version.partition("/")[0] != INFRA_ENV.group:
+            return None
+        return owner.name or None
 
     @property
     def agent_machine_ref(self) -> str | None:
-        """The AgentMachine the Agent is bound to (label `agentMachineRef`), if any."""
+        """The name of the AgentMachine the Agent is bound to (label `agentMachineRef`)."""
         return self.metadata.labels.get(names.LABEL_AGENT_MACHINE_REF) or None
+
+    @property
+    def cluster_deployment(self) -> NamespacedName | None:
+        """The ClusterDeployment the Agent is assigned to (`spec.clusterDeploymentName`).
+
+        A reference without a namespace (hand-written, or from an old writer) names one
+        in the Agent's own namespace: the Kubernetes rule for a reference that omits it.
+        """
+        ref = self.spec.cluster_deployment_name
+        if ref is None or not ref.name:
+            return None
+        return NamespacedName(ref.namespace or self.metadata.namespace, ref.name)
+
+    @property
+    def agent_machine_namespace(self) -> str | None:
+        """The namespace of the AgentMachine named by `agentMachineRef`: the provider's
+        annotation `agentMachineRefNamespace`, else the ClusterDeployment's namespace (the
+        provider binds Agents to AgentMachines of the cluster's namespace), else None."""
+        if not self.agent_machine_ref:
+            return None
+        annotated = self.metadata.annotations.get(names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE)
+        if annotated:
+            return annotated
+        deployment = self.cluster_deployment
+        return deployment.namespace if deployment else None
 
     @property
     def is_bound(self) -> bool:
@@ -235,6 +262,24 @@ class AgentMachine(View):
         return ref.name if ref and ref.name else None
 
     @property
+    def agent_key(self) -> NamespacedName | None:
+        """The assigned Agent (`status.agentRef`); without a namespace, in the
+        AgentMachine's own (the Kubernetes rule for a reference that omits it)."""
+        ref = self.status.agent_ref
+        if ref is None or not ref.name:
+            return None
+        return NamespacedName(ref.namespace or self.metadata.namespace, ref.name)
+
+    @property
+    def provider_agent(self) -> str | None:
+        """What `spec.providerID` names after `agent://`: the Agent's name (current
+        cluster-api-provider-agent) or its UID (older ones)."""
+        prefix = names.AGENT_PROVIDER_ID_PREFIX
+        if not self.spec.provider_id.startswith(prefix):
+            return None
+        return self.spec.provider_id[len(prefix) :] or None
+
+    @property
     def has_agent(self) -> bool:
         """An Agent is assigned: `status.agentRef.name`, or an `agent://` providerID."""
         return bool(self.agent_name) or self.spec.provider_id.startswith(
@@ -281,9 +326,12 @@ class Machine(View):
 
     @property
     def infrastructure_name(self) -> str | None:
-        """The name of its infrastructure machine (the AgentMachine)."""
+        """The name of its infrastructure machine, when that is an AgentMachine (of the
+        Machine's namespace: CAPI's infrastructureRef is always local)."""
         ref = self.spec.infrastructure_ref
-        return ref.name if ref and ref.name else None
+        if ref is None or not ref.name or ref.kind not in ("", AGENT_MACHINE.kind):
+            return None
+        return ref.name
 
 
 # --- InfraEnv (agent-install.openshift.io/v1beta1) -------------------------------------

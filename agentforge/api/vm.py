@@ -28,9 +28,10 @@ class VMPhase(StrEnum):
     BOUND = "Bound"
     """Its Agent is bound to an AgentMachine."""
     RELEASED = "Released"
-    """Unbound after being bound, or its Machine is deleting or gone."""
+    """Unbound after being bound, or its Machine is deleting or gone; or spare: its
+    AgentMachine went away (or got another Agent) before the VM was bound."""
     ORPHANED = "Orphaned"
-    """Its Agent vanished, or never appeared in time."""
+    """Its Agent vanished, never appeared in time, or is bound elsewhere."""
 
 
 class VMReason(StrEnum):
@@ -54,6 +55,11 @@ class VMReason(StrEnum):
     MACHINE_DELETING = "MachineDeleting"
     AGENT_MISSING = "AgentMissing"
     DISCOVERY_TIMEOUT = "DiscoveryTimeout"
+    AGENT_MACHINE_SERVED = "AgentMachineServed"
+    """Released, spare: its AgentMachine is bound to the Agent of another VM."""
+    AGENT_BOUND_ELSEWHERE = "AgentBoundElsewhere"
+    """Orphaned: an Agent that is this VM is bound to another cluster, or claimed by
+    another pool; the VM serves none of this pool's AgentMachines."""
 
 
 class VMSource(StrEnum):

@@ -219,6 +219,27 @@ class VsphereAgentSpec(KubeModel):
     """The VsphereAgentPool whose configuration creates and manages this VM."""
 
 
+class HandoverRecord(KubeModel):
+    """The pool controller's record of a VM whose AgentMachine went away before it was
+    bound (`status.handover`).
+
+    While no other AgentMachine of the pool needs it, the VM is spare (phase Released)
+    and only `fromAgentMachine` and `since` are set. Handing it to an AgentMachine that
+    waits for an Agent records `toAgentMachine` first and reads it back; only then does
+    the VsphereAgent's selection label move, and only then is its Agent relabelled. The
+    record is cleared once both name the new AgentMachine.
+    """
+
+    from_agent_machine: str = Field(min_length=1)
+    """The selection label value of the AgentMachine the VM was made for or last served."""
+    to_agent_machine: str | None = None
+    """The AgentMachine the VM is being handed to (its name), while that runs."""
+    to_agent_machine_uid: str | None = Field(default=None, alias="toAgentMachineUID")
+    """That AgentMachine's UID: a re-created one of the same name is not the target."""
+    since: Time
+    """When the VM became spare, or when the hand-over began."""
+
+
 class VsphereAgentStatus(KubeModel):
     """The observed state of a VsphereAgent."""
 
@@ -231,6 +252,9 @@ class VsphereAgentStatus(KubeModel):
     iso_ejection: ISOEjectionRecord | None = None
     """The in-flight ejection of the discovery ISO, if any. It is finished even after
     the pool opts out, and cleared only after success."""
+    handover: HandoverRecord | None = None
+    """Set by the pool controller while the VM is spare or being handed to another
+    AgentMachine of the pool."""
     conditions: Conditions = Field(default_factory=list)
     """Ready and ISOEjected."""
 

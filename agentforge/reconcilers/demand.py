@@ -1,8 +1,9 @@
 """AgentMachine demand and capacity counts (docs/design/0002, "Demand counts").
 
-The counts are the pool's report to its users and the inputs of cleanup: a VM is
-surplus only when no AgentMachine waits and none lacks an Agent. Counting is one
-pass over the pool's AgentMachines and Machines.
+The counts are the pool's report to its users (status fields, capacity metrics, the
+CapacitySatisfied condition, the DemandDeficit action). Which VM serves which
+AgentMachine, and which AgentMachine gets a new VM, is `assignment`'s. Counting is
+one pass over the pool's AgentMachines and Machines.
 
 Pure: no I/O.
 """
@@ -27,25 +28,16 @@ class Demand:
     """... Ready=False with reason NoSuitableAgents."""
     desired_replicas: int
     """Non-deleting Machines of the pool."""
-    present: frozenset[str]
-    """Selection label values of the non-deleting AgentMachines."""
-
-    @property
-    def quiet(self) -> bool:
-        """No AgentMachine waits or lacks an Agent: surplus capacity may go."""
-        return self.waiting == 0 and self.without_agent == 0
 
 
 def demand(
     *, agent_machines: Sequence[AgentMachineFacts], machines: Sequence[MachineFacts]
 ) -> Demand:
     total = unready = without_agent = waiting = 0
-    present: set[str] = set()
     for am in agent_machines:
         if am.deleting:
             continue
         total += 1
-        present.add(am.selection)
         if not am.ready:
             unready += 1
             if not am.has_agent:
@@ -58,7 +50,6 @@ def demand(
         without_agent=without_agent,
         waiting=waiting,
         desired_replicas=sum(1 for m in machines if not m.deleting),
-        present=frozenset(present),
     )
 
 
@@ -75,12 +66,27 @@ class Counts:
     bound_agents: int = 0
     available_agents: int = 0
     pending_owned_vms: int = 0
-    """Owned VMs still to be bound: Provisioning or Available."""
+    """Owned VMs still to be bound: Provisioning or Available, and those being created."""
     demand_deficit: int = 0
     """AgentMachines without an Agent that no pending VM will serve."""
+    creating: int = 0
+    """VsphereAgents the plan creates (counted in `pending_owned_vms`, so the pool's
+    status reads the same in the pass that sees them exist)."""
+
+    @property
+    def observed_pending(self) -> int:
+        """Pending VMs that exist: what the metrics export (a creation that keeps failing
+        leaves the `demand_deficit` metric above zero, so the alert fires)."""
+        return self.pending_owned_vms - self.creating
+
+    @property
+    def observed_deficit(self) -> int:
+        return max(0, self.agent_machines_without_agent - self.observed_pending)
 
 
-def counts(*, demand: Demand, bound: int, available: int, pending: int) -> Counts:
+def counts(
+    *, demand: Demand, bound: int, available: int, pending: int, creating: int = 0
+) -> Counts:
     return Counts(
         desired_replicas=demand.desired_replicas,
         agent_machines=demand.agent_machines,
@@ -90,6 +96,7 @@ def counts(*, demand: Demand, bound: int, available: int, pending: int) -> Count
         matching_agents=bound + available,
         bound_agents=bound,
         available_agents=available,
-        pending_owned_vms=pending,
-        demand_deficit=max(0, demand.without_agent - pending),
+        pending_owned_vms=pending + creating,
+        demand_deficit=max(0, demand.without_agent - pending - creating),
+        creating=creating,
     )

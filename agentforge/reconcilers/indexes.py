@@ -12,7 +12,6 @@ cannot place: an index function that raised would stop the informer.
 | `BY_NODE_POOL` | AgentMachines, Machines | `<own ns>/<nodePool annotation ns>/<name>` |
 | `AGENTS_BY_INFRA_ENV` | Agents | `<ns>/<InfraEnv label or owner>` |
 | `VSPHERE_AGENTS_BY_POOL` | VsphereAgents | `<ns>/<pool label>` and `<ns>/<poolRef>` |
-| `VSPHERE_AGENTS_BY_AGENT_MACHINE` | VsphereAgents | `<ns>/<pool>/<selection label>` |
 | `VSPHERE_AGENTS_BY_AGENT` | VsphereAgents | `<ns>/<status.vm.agentRef.name>` |
 | `AGENTS_BY_IDENTITY` | Agents | the BIOS UUID in its SMBIOS serial, else each MAC |
 | `VSPHERE_AGENTS_BY_IDENTITY` | VsphereAgents | `status.vm.biosUUID` and `.macAddress` |
@@ -45,7 +44,6 @@ POOLS_BY_INFRA_ENV: Final = "agent-forge/pools-by-infra-env"
 BY_NODE_POOL: Final = "agent-forge/by-node-pool"
 AGENTS_BY_INFRA_ENV: Final = "agent-forge/agents-by-infra-env"
 VSPHERE_AGENTS_BY_POOL: Final = "agent-forge/vsphere-agents-by-pool"
-VSPHERE_AGENTS_BY_AGENT_MACHINE: Final = "agent-forge/vsphere-agents-by-agent-machine"
 VSPHERE_AGENTS_BY_AGENT: Final = "agent-forge/vsphere-agents-by-agent"
 AGENTS_BY_IDENTITY: Final = "agent-forge/agents-by-identity"
 VSPHERE_AGENTS_BY_IDENTITY: Final = "agent-forge/vsphere-agents-by-identity"
@@ -104,14 +102,20 @@ def namespaced_key(namespace: str, name: str) -> str:
 
 
 def infra_env_of_agent(agent: Mapping[str, Any]) -> str | None:
-    """The InfraEnv that registered an Agent: its label, else an InfraEnv ownerReference."""
+    """The InfraEnv that registered an Agent: its label, else an ownerReference to an
+    InfraEnv (kind and API group; an ownerReference is always to an object of the
+    Agent's namespace, which the index key adds)."""
     label = _str(_get(agent, "metadata", "labels", names.LABEL_INFRAENV))
     if label:
         return label
     owners = _get(agent, "metadata", "ownerReferences")
     if isinstance(owners, list):
         for owner in owners:
-            if isinstance(owner, Mapping) and owner.get("kind") == kinds.INFRA_ENV.kind:
+            if (
+                isinstance(owner, Mapping)
+                and owner.get("kind") == kinds.INFRA_ENV.kind
+                and str(owner.get("apiVersion", "")).partition("/")[0] == kinds.INFRA_ENV.group
+            ):
                 name = _str(owner.get("name"))
                 if name:
                     return name
@@ -161,14 +165,6 @@ def _vsphere_agents_by_pool(va: JsonObj) -> Iterable[str]:
     return tuple(namespaced_key(namespace, pool) for pool in pools_of_vsphere_agent(va))
 
 
-def _vsphere_agents_by_agent_machine(va: JsonObj) -> Iterable[str]:
-    namespace = _str(_get(va, "metadata", "namespace"))
-    selection = _str(_get(va, "metadata", "labels", names.LABEL_AGENT_MACHINE))
-    if not namespace or not selection:
-        return ()
-    return tuple(f"{namespace}/{pool}/{selection}" for pool in pools_of_vsphere_agent(va))
-
-
 def _vsphere_agents_by_agent(va: JsonObj) -> Iterable[str]:
     namespace = _str(_get(va, "metadata", "namespace"))
     agent = _str(_get(va, "status", "vm", "agentRef", "name"))
@@ -204,10 +200,6 @@ def vsphere_agent_identity_keys(va: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(key for key in found if key)
 
 
-def vsphere_agent_machine_key(*, namespace: str, pool: str, selection: str) -> str:
-    return f"{namespace}/{pool}/{selection}"
-
-
 INDEXES: Final[Mapping[kinds.Kind, Mapping[str, IndexFunc]]] = {
     kinds.VSPHERE_AGENT_POOL: {
         POOLS_BY_NODE_POOL: _pools_by_node_pool,
@@ -221,7 +213,6 @@ INDEXES: Final[Mapping[kinds.Kind, Mapping[str, IndexFunc]]] = {
     },
     kinds.VSPHERE_AGENT: {
         VSPHERE_AGENTS_BY_POOL: _vsphere_agents_by_pool,
-        VSPHERE_AGENTS_BY_AGENT_MACHINE: _vsphere_agents_by_agent_machine,
         VSPHERE_AGENTS_BY_AGENT: _vsphere_agents_by_agent,
         VSPHERE_AGENTS_BY_IDENTITY: vsphere_agent_identity_keys,
     },

@@ -17,8 +17,10 @@ those VMs look for. A pool whose VMs all match by BIOS UUID (the usual case) bui
 one dict of its Agents.
 
 Which Agents may match at all is decided first (`eligible`): never one claimed by
-another pool's VsphereAgent, bound to another hosted cluster, or carrying another
-pool's discriminator label.
+another pool's VsphereAgent, assigned to another hosted cluster, or carrying another
+pool's discriminator label. A cluster is its ClusterDeployment's namespace and name
+(`<controlPlaneNamespace>/<hostedClusterRef.name>` for this pool): a cluster of the
+same name in another namespace is another cluster.
 
 Pure: no I/O.
 """
@@ -33,6 +35,7 @@ from operator import attrgetter
 from typing import Final, NamedTuple
 
 from agentforge.api import names
+from agentforge.api.meta import NamespacedName
 from agentforge.reconcilers.snapshot import (
     AgentFacts,
     Claims,
@@ -87,10 +90,11 @@ def _in_agent_order(agents: Iterable[AgentFacts]) -> list[AgentFacts]:
 
 
 def exclusion(
-    agent: AgentFacts, *, hosted_cluster: str, discriminator: str, claims: Claims
+    agent: AgentFacts, *, hosted_cluster: NamespacedName, discriminator: str, claims: Claims
 ) -> Exclusion | None:
-    """Why `agent` may not match this pool's VMs, or None when it may."""
-    if agent.cluster_deployment and agent.cluster_deployment != hosted_cluster:
+    """Why `agent` may not match this pool's VMs, or None when it may. `hosted_cluster`
+    is the pool's ClusterDeployment (control plane namespace, hosted cluster name)."""
+    if agent.cluster_deployment is not None and agent.cluster_deployment != hosted_cluster:
         return Exclusion.OTHER_CLUSTER
     label = agent.labels.get(names.LABEL_NODEPOOL)
     if label and label != discriminator:
@@ -101,7 +105,11 @@ def exclusion(
 
 
 def eligible(
-    agents: Iterable[AgentFacts], *, hosted_cluster: str, discriminator: str, claims: Claims
+    agents: Iterable[AgentFacts],
+    *,
+    hosted_cluster: NamespacedName,
+    discriminator: str,
+    claims: Claims,
 ) -> list[AgentFacts]:
     """The `agents` without an `exclusion`, in their order.
 
@@ -112,7 +120,7 @@ def eligible(
     found: list[AgentFacts] = []
     for agent in agents:
         deployment = agent.cluster_deployment
-        if deployment and deployment != hosted_cluster:
+        if deployment is not None and deployment != hosted_cluster:
             continue
         label = agent.labels.get(label_key)
         if label and label != discriminator:

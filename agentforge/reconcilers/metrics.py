@@ -80,8 +80,8 @@ def _values(counts: Counts) -> dict[CapacityState, int]:
         CapacityState.MATCHING_AGENTS: counts.matching_agents,
         CapacityState.BOUND_AGENTS: counts.bound_agents,
         CapacityState.AVAILABLE_AGENTS: counts.available_agents,
-        CapacityState.PENDING_OWNED_VMS: counts.pending_owned_vms,
-        CapacityState.DEMAND_DEFICIT: counts.demand_deficit,
+        CapacityState.PENDING_OWNED_VMS: counts.observed_pending,
+        CapacityState.DEMAND_DEFICIT: counts.observed_deficit,
     }
 
 

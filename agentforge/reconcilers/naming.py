@@ -24,9 +24,14 @@ def vsphere_agent_name(*, agent_machine: str) -> str:
     return agent_machine
 
 
-def vsphere_agent_fallback_name(*, namespace: str, pool: str, agent_machine: str) -> str:
-    """The name used when `agent_machine` is taken by an object of another pool or AM."""
-    suffix = "-" + _digest(f"{namespace}/{pool}/{agent_machine}", 10)
+def vsphere_agent_fallback_name(
+    *, namespace: str, pool: str, agent_machine: str, uid: str = ""
+) -> str:
+    """The name used when `agent_machine` is taken by an object of another pool or AM;
+    with the AgentMachine's `uid`, the one used when that is taken too (a VsphereAgent
+    handed to another AgentMachine keeps its name)."""
+    key = f"{namespace}/{pool}/{agent_machine}" + (f"/{uid}" if uid else "")
+    suffix = "-" + _digest(key, 10)
     stem = f"{agent_machine}-{pool}"[: MAX_OBJECT_NAME - len(suffix)].rstrip("-.")
     return stem + suffix
 

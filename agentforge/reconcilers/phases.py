@@ -23,7 +23,12 @@ from datetime import datetime, timedelta
 from typing import Final, NamedTuple
 
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.snapshot import AgentFacts, MachineFacts, VsphereAgentFacts
+from agentforge.reconcilers.snapshot import (
+    AgentFacts,
+    HandoverFacts,
+    MachineFacts,
+    VsphereAgentFacts,
+)
 
 ORPHAN_GRACE: Final = timedelta(minutes=30)
 """How long a VM may exist without discovery, and an orphan lingers before clean-up."""
@@ -34,6 +39,7 @@ _ONCE_BOUND: Final = frozenset({VMPhase.BOUND, VMPhase.RELEASED})
 # The outcomes a plan decides thousands of times, bound once: an Enum member lookup
 # (`VMPhase.BOUND`) is a slow metaclass attribute access on Python 3.11.
 _AVAILABLE: Final = VMPhase.AVAILABLE
+_RELEASED: Final = VMPhase.RELEASED
 _AGENT_AVAILABLE: Final = VMReason.AGENT_AVAILABLE
 _BOUND: Final = VMPhase.BOUND
 _AGENT_BOUND: Final = VMReason.AGENT_BOUND
@@ -47,7 +53,8 @@ class Ref(NamedTuple):
 
 
 class VMRecord(NamedTuple):
-    """The planner's part of a VM record (`status.vm.{phase,reason,agentRef,...}`)."""
+    """The planner's part of a VM record (`status.vm.{phase,reason,agentRef,...}` and
+    `status.handover`)."""
 
     vsphere_agent: str
     name: str
@@ -58,6 +65,8 @@ class VMRecord(NamedTuple):
     last_transition: datetime
     changed: bool
     """Differs from what the VsphereAgent's status records."""
+    handover: HandoverFacts | None = None
+    """The `status.handover` record to keep (see `assignment`)."""
 
 
 @dataclass(slots=True)
@@ -65,6 +74,8 @@ class PhaseContext:
     now_exact: datetime
     now: datetime
     """`now_exact` in whole seconds, as status times are."""
+    control_plane_namespace: str
+    """Where the pool's AgentMachines and Machines (`machines`, `machine_of_am`) live."""
     machines: Mapping[str, MachineFacts]
     machine_of_am: Mapping[str, MachineFacts]
     wake: list[datetime] = field(default_factory=list)
@@ -90,15 +101,28 @@ def _machine_ref(machine: MachineFacts | None, previous: str | None) -> Ref | No
     return Ref(previous) if previous else None
 
 
+def _recorded_machine(va: VsphereAgentFacts, ctx: PhaseContext) -> str | None:
+    """The recorded Machine's name, unless the record places it outside the control
+    plane namespace (then it is not one of the pool's Machines: not looked up)."""
+    if va.machine_ref_namespace not in (None, ctx.control_plane_namespace):
+        return None
+    return va.machine_ref
+
+
 def _decide(
     va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext
 ) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
     """Phase, reason, agentRef and machineRef of one VM."""
+    previous = va.phase
+    if va.handover is not None and previous is _RELEASED:
+        # spare (`status.handover`): Released without ever having been bound, so it
+        # counts as what it was before
+        previous = _AVAILABLE if va.agent_ref else VMPhase.PROVISIONING
     if agent is None:
-        once_matched = bool(va.agent_ref) or va.phase in _ONCE_MATCHED
-        if once_matched or (va.phase is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
+        once_matched = bool(va.agent_ref) or previous in _ONCE_MATCHED
+        if once_matched or (previous is VMPhase.ORPHANED and va.reason == VMReason.AGENT_MISSING):
             return VMPhase.ORPHANED, VMReason.AGENT_MISSING, None, None
-        if va.phase is VMPhase.ORPHANED:
+        if previous is VMPhase.ORPHANED and va.reason != VMReason.AGENT_BOUND_ELSEWHERE:
             return VMPhase.ORPHANED, VMReason.DISCOVERY_TIMEOUT, None, None
         started = _discovery_started(va)
         if started is not None:
@@ -111,24 +135,28 @@ def _decide(
     agent_ref = Ref(agent.name, agent.uid or None)
     if agent.bound:
         am = agent.agent_machine_ref
+        where = agent.agent_machine_namespace
+        if where is not None and where != ctx.control_plane_namespace:
+            am = None  # an AgentMachine of that name in another namespace is not ours
         machine = (ctx.machine_of_am.get(am) or ctx.machines.get(am)) if am else None
         if machine is None:
-            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, va.machine_ref)
+            return _BOUND, _AGENT_BOUND, agent_ref, _machine_ref(None, _recorded_machine(va, ctx))
         machine_ref = Ref(machine.name, machine.uid or None)
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, machine_ref
         return _BOUND, _AGENT_BOUND, agent_ref, machine_ref
-    if va.phase in _ONCE_BOUND:
-        if not va.machine_ref:
+    if previous in _ONCE_BOUND:
+        recorded = _recorded_machine(va, ctx)
+        if not recorded:
             reason = (
                 VMReason.MACHINE_DELETED
                 if va.reason in (VMReason.MACHINE_DELETING, VMReason.MACHINE_DELETED)
                 else VMReason.AGENT_UNBOUND
             )
             return VMPhase.RELEASED, reason, agent_ref, None
-        machine = ctx.machines.get(va.machine_ref)
+        machine = ctx.machines.get(recorded)
         if machine is None:
-            return VMPhase.RELEASED, VMReason.MACHINE_DELETED, agent_ref, Ref(va.machine_ref)
+            return VMPhase.RELEASED, VMReason.MACHINE_DELETED, agent_ref, Ref(recorded)
         current = Ref(machine.name, machine.uid or None)
         if machine.deleting:
             return VMPhase.RELEASED, VMReason.MACHINE_DELETING, agent_ref, current
@@ -139,12 +167,45 @@ def _decide(
 def record(va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext) -> VMRecord:
     """The record of `va`, matched to `agent` (None: no Agent matched)."""
     phase, reason, agent_ref, machine_ref = _decide(va, agent, ctx)
+    # `build` inlined (this runs per VM per plan), the record kept as it is
     since = va.last_transition
     if phase is not va.phase or since is None:
-        return VMRecord(va.name, va.vm_name, phase, reason, agent_ref, machine_ref, ctx.now, True)
+        return VMRecord(
+            va.name, va.vm_name, phase, reason, agent_ref, machine_ref, ctx.now, True, va.handover
+        )
     changed = (
         reason != va.reason
         or (agent_ref.name if agent_ref else None) != va.agent_ref
         or (machine_ref.name if machine_ref else None) != va.machine_ref
     )
-    return VMRecord(va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed)
+    return VMRecord(
+        va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed, va.handover
+    )
+
+
+def build(
+    va: VsphereAgentFacts,
+    phase: VMPhase,
+    reason: VMReason,
+    agent_ref: Ref | None,
+    machine_ref: Ref | None,
+    *,
+    handover: HandoverFacts | None,
+    now: datetime,
+) -> VMRecord:
+    """A record whose transition time moves only with the phase, and which says whether
+    it differs from what `va` records."""
+    since = va.last_transition
+    if phase is not va.phase or since is None:
+        return VMRecord(
+            va.name, va.vm_name, phase, reason, agent_ref, machine_ref, now, True, handover
+        )
+    changed = (
+        reason != va.reason
+        or (agent_ref.name if agent_ref else None) != va.agent_ref
+        or (machine_ref.name if machine_ref else None) != va.machine_ref
+        or handover != va.handover
+    )
+    return VMRecord(
+        va.name, va.vm_name, phase, reason, agent_ref, machine_ref, since, changed, handover
+    )

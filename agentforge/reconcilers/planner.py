@@ -4,20 +4,26 @@ Given the pool, its AgentMachines and Machines, the InfraEnv's Agents, the pool'
 VsphereAgents, other pools' claims and `now`, `plan` decides (DOMAIN.md section 3,
 made precise in docs/design/0002):
 
-* which Agent is which VM (`matching`), never one claimed by another pool;
+* which Agent is which VM (`matching`), never one claimed by another pool or bound
+  to another cluster;
 * each VM's phase (`phases`): Provisioning, Available, Bound, Released, Orphaned;
+* which VM serves which AgentMachine (`assignment`): a VM whose AgentMachine went
+  away before it was bound is handed to an AgentMachine that waits without one, and
+  only AgentMachines no VM can serve get a new VsphereAgent; the VMs left over are
+  spare (Released) for `assignment.HANDOVER_GRACE`;
 * the metadata patches that prepare an Available VM's Agent (pool labels, the
   nodepool discriminator, role label, `spec.role`, `spec.hostname` = VM name, the
-  selection label, `spec.approved`), only the fields that differ;
+  selection label of the AgentMachine it serves, `spec.approved`), only the fields
+  that differ;
 * clean-up under `cleanupPolicy: Delete` only, never of a VM whose Agent is bound:
-  Released VMs whose Machine is gone, Orphaned VMs 30 minutes after they became
-  orphans, and, when no AgentMachine waits or lacks an Agent, Available VMs whose
-  AgentMachine is gone. Nothing is cleaned up while AgentMachines match two pools.
-  "Whose Agent is bound" does not trust the bookkeeping: besides the matched Agent,
-  any bound Agent of the snapshot that identifies the VM (its BIOS UUID, or its MAC
-  with no BIOS UUID saying otherwise; claimed or excluded ones included) defers it;
+  Released VMs whose Machine is gone, spare VMs `HANDOVER_GRACE` after they became
+  spare, Orphaned VMs 30 minutes after they became orphans. Nothing is cleaned up or
+  created while AgentMachines match two pools. "Whose Agent is bound" does not trust
+  the bookkeeping: besides the matched Agent, any bound Agent of the snapshot that
+  identifies the VM (its BIOS UUID, or its MAC with no BIOS UUID saying otherwise;
+  claimed or excluded ones included) defers it;
 * counts, planned actions, the pool conditions it can decide, and when to look
-  again (the earliest orphan deadline).
+  again (the earliest orphan or spare deadline).
 
 Deliberate differences from the Go operator: the discovery clock starts when the VM
 exists (not when the VsphereAgent was created, so a slow vCenter does not orphan a
@@ -31,22 +37,31 @@ Pure (import-linter enforces it): no I/O, no clock; O(n log n) in Agents + VMs.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from operator import attrgetter
+from datetime import datetime, timedelta
 from typing import Final
 
 from agentforge.api import conditions as api_conditions
 from agentforge.api import names
 from agentforge.api.conditions import ISOEjectedReason, PoolConditionType
-from agentforge.api.pool import PlannedActionType, VsphereAgentPool
+from agentforge.api.meta import NamespacedName
+from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase, VMReason
+from agentforge.reconcilers import assignment, matching, phases, pool_conditions
 from agentforge.reconcilers import demand as demand_
-from agentforge.reconcilers import matching, phases, pool_conditions
+from agentforge.reconcilers.assignment import HANDOVER_GRACE, Creation, Handover
+from agentforge.reconcilers.bound_agents import BoundAgents, blocker
 from agentforge.reconcilers.demand import Counts
 from agentforge.reconcilers.phases import ORPHAN_GRACE, Ref, VMRecord
+from agentforge.reconcilers.planner_actions import (
+    MAX_PLANNED_ACTIONS,
+    Action,
+    Decisions,
+    Deferral,
+    Deletion,
+    actions,
+)
 from agentforge.reconcilers.pool_conditions import ConditionDecision, Observed
 from agentforge.reconcilers.preparation import (
     AgentPatch,
@@ -61,16 +76,18 @@ from agentforge.reconcilers.snapshot import (
     InfraEnvFacts,
     MachineFacts,
     VsphereAgentFacts,
-    identifies,
 )
 
 __all__ = [
+    "HANDOVER_GRACE",
     "MAX_PLANNED_ACTIONS",
     "ORPHAN_GRACE",
     "Action",
     "AgentPatch",
+    "Creation",
     "Deferral",
     "Deletion",
+    "Handover",
     "Plan",
     "Ref",
     "Snapshot",
@@ -80,11 +97,8 @@ __all__ = [
     "plan",
 ]
 
-MAX_PLANNED_ACTIONS: Final = 100
-"""`status.plannedActions` lists at most this many actions (the counts say the rest)."""
-
 _PENDING: Final = frozenset({VMPhase.PROVISIONING, VMPhase.AVAILABLE})
-_CLEANUP_CANDIDATES: Final = frozenset({VMPhase.RELEASED, VMPhase.ORPHANED, VMPhase.AVAILABLE})
+_CLEANUP_CANDIDATES: Final = frozenset({VMPhase.RELEASED, VMPhase.ORPHANED})
 _AVAILABLE: Final = VMPhase.AVAILABLE
 """Bound once: an Enum member lookup is slow on Python 3.11, and this one runs per VM."""
 
@@ -106,33 +120,6 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class Deletion:
-    """Delete a VsphereAgent; the `vm` controller then removes its VM and the Agent."""
-
-    vsphere_agent: str
-    uid: str
-    vm: str
-    agent: str | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Deferral:
-    """A clean-up that is due but must wait (reported as a Noop action)."""
-
-    vm: str
-    agent: str | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    type: PlannedActionType
-    name: str | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Plan:
     counts: Counts
     vms: tuple[VMRecord, ...]
@@ -143,16 +130,31 @@ class Plan:
     conditions: tuple[ConditionDecision, ...]
     iso_ejections: Mapping[ISOEjectedReason, int]
     wake_at: datetime | None
+    creations: tuple[Creation, ...] = ()
+    """AgentMachines that wait and that no VM of the pool can serve: one VsphereAgent each."""
+    handovers: tuple[Handover, ...] = ()
+    """VMs whose AgentMachine went away, to serve waiting AgentMachines instead."""
+    planned_names: frozenset[str] = frozenset()
+    """The VsphereAgents this plan saw (set when it creates): a name among them serves
+    no AgentMachine the plan creates for, whatever its labels say."""
 
     @property
     def changed_vms(self) -> tuple[VMRecord, ...]:
         return tuple(vm for vm in self.vms if vm.changed)
 
 
-def _cleanup_reason(
-    record: VMRecord, va: VsphereAgentFacts, demand: demand_.Demand, ctx: phases.PhaseContext
-) -> str | None:
-    """Why this VM should go under `cleanupPolicy: Delete`, or None."""
+def _cleanup_reason(record: VMRecord, ctx: phases.PhaseContext) -> str | None:
+    """Why this VM should go under `cleanupPolicy: Delete`, or None (a deadline ahead is
+    added to `ctx.wake`)."""
+    if record.phase is VMPhase.RELEASED and record.handover is not None:
+        due = record.handover.since + HANDOVER_GRACE
+        if ctx.now_exact < due:
+            ctx.wake.append(due)
+            return None
+        return (
+            f"spare: AgentMachine {record.handover.from_} no longer needs it and no "
+            f"AgentMachine of the pool took it within {_minutes(HANDOVER_GRACE)}"
+        )
     if record.phase is VMPhase.RELEASED and record.reason is VMReason.MACHINE_DELETED:
         machine = f" {record.machine.name}" if record.machine else ""
         return f"its Machine{machine} was deleted"
@@ -163,56 +165,14 @@ def _cleanup_reason(
             return None
         if record.reason is VMReason.DISCOVERY_TIMEOUT:
             return "no Agent registered for it within the discovery timeout"
+        if record.reason is VMReason.AGENT_BOUND_ELSEWHERE:
+            return "its Agent is bound to another cluster or pool"
         return "its Agent vanished and did not come back"
-    if (
-        record.phase is VMPhase.AVAILABLE
-        and demand.quiet
-        and not va.adopted
-        and va.agent_machine
-        and va.agent_machine not in demand.present
-    ):
-        return f"surplus: AgentMachine {va.agent_machine} is gone and no AgentMachine waits"
     return None
 
 
-def _bound_blocker(agent: AgentFacts) -> str:
-    if agent.agent_machine_ref:
-        return f"Agent {agent.name} is still bound to AgentMachine {agent.agent_machine_ref}"
-    return f"Agent {agent.name} is still assigned to ClusterDeployment {agent.cluster_deployment}"
-
-
-class _BoundAgents:
-    """The snapshot's bound Agents by BIOS UUID and MAC, built on first use (clean-up
-    is rare; a pool in steady state never pays for it)."""
-
-    def __init__(self, agents: Sequence[AgentFacts]) -> None:
-        self._agents = agents
-        self._by_uuid: dict[str, list[AgentFacts]] | None = None
-        self._by_mac: dict[str, list[AgentFacts]] = {}
-
-    def _build(self) -> dict[str, list[AgentFacts]]:
-        by_uuid: dict[str, list[AgentFacts]] = {}
-        for agent in sorted(self._agents, key=attrgetter("name")):
-            if not agent.bound:
-                continue
-            if agent.bios_uuid:
-                by_uuid.setdefault(agent.bios_uuid, []).append(agent)
-            for mac in agent.macs:
-                self._by_mac.setdefault(mac, []).append(agent)
-        return by_uuid
-
-    def identifying(self, va: VsphereAgentFacts) -> AgentFacts | None:
-        """A bound Agent that is this VM by identity, whatever matched or was recorded."""
-        if not (va.bios_uuid or va.mac):
-            return None
-        if self._by_uuid is None:
-            self._by_uuid = self._build()
-        if va.bios_uuid and va.bios_uuid in self._by_uuid:
-            return self._by_uuid[va.bios_uuid][0]
-        for agent in self._by_mac.get(va.mac or "", ()):
-            if identifies(bios_uuid=va.bios_uuid, mac=va.mac, agent=agent):
-                return agent
-        return None
+def _minutes(delta: timedelta) -> str:
+    return f"{int(delta.total_seconds()) // 60} minutes"
 
 
 def _observed(pool: VsphereAgentPool, type_: PoolConditionType) -> Observed | None:
@@ -220,13 +180,36 @@ def _observed(pool: VsphereAgentPool, type_: PoolConditionType) -> Observed | No
     return Observed(found.status, found.reason, found.message) if found else None
 
 
+def _assigned(
+    va: VsphereAgentFacts, base: VMRecord, outcome: assignment.Outcome, now: datetime
+) -> VMRecord:
+    """`base` as the assignment left it: spare VMs Released, taken ones Orphaned, and the
+    `status.handover` record to keep."""
+    name = va.name
+    handover = outcome.records.get(name, va.handover)
+    spare = outcome.spares.get(name)
+    if spare is not None:
+        return phases.build(
+            va, VMPhase.RELEASED, spare, base.agent, None, handover=handover, now=now
+        )
+    if name in outcome.taken:
+        reason = VMReason.AGENT_BOUND_ELSEWHERE
+        return phases.build(va, VMPhase.ORPHANED, reason, None, None, handover=handover, now=now)
+    if handover != va.handover:
+        return phases.build(
+            va, base.phase, base.reason, base.agent, base.machine, handover=handover, now=now
+        )
+    return base
+
+
 def plan(snapshot: Snapshot) -> Plan:
     pool = snapshot.pool
-    machines = {m.name: m for m in snapshot.machines}
+    cpns = pool.spec.control_plane_namespace
     ctx = phases.PhaseContext(
         now_exact=snapshot.now,
         now=snapshot.now.replace(microsecond=0),
-        machines=machines,
+        control_plane_namespace=cpns,
+        machines={m.name: m for m in snapshot.machines},
         machine_of_am={
             m.infrastructure_name: m for m in snapshot.machines if m.infrastructure_name
         },
@@ -234,7 +217,7 @@ def plan(snapshot: Snapshot) -> Plan:
     demand = demand_.demand(agent_machines=snapshot.agent_machines, machines=snapshot.machines)
     eligible = matching.eligible(
         snapshot.agents,
-        hosted_cluster=pool.spec.hosted_cluster_ref.name,
+        hosted_cluster=NamespacedName(cpns, pool.spec.hosted_cluster_ref.name),
         discriminator=discriminator(pool),
         claims=snapshot.claims,
     )
@@ -242,26 +225,47 @@ def plan(snapshot: Snapshot) -> Plan:
     ordered = matching.in_vm_order(snapshot.vsphere_agents)
     matches, _ = matching.assign(ordered, eligible)
 
+    live: list[VsphereAgentFacts] = []
+    retiring: list[VsphereAgentFacts] = []
+    bases: list[VMRecord] = []
+    record_of = phases.record
+    for va in ordered:
+        if va.deleting:
+            retiring.append(va)
+        else:
+            live.append(va)
+            bases.append(record_of(va, matches.get(va.name), ctx))
+    bound_agents = BoundAgents(snapshot.agents)
+    outcome = assignment.assign(
+        assignment.World(
+            vsphere_agents=live,
+            retiring=retiring,
+            records=bases,
+            matches=matches,
+            agent_machines=snapshot.agent_machines,
+            machine_of_am=ctx.machine_of_am,
+            taken_by=bound_agents.identifying,
+            agents_namespace=pool.metadata.namespace,
+            control_plane_namespace=cpns,
+            now=ctx.now,
+            create=not snapshot.competing_pools,
+        )
+    )
+
     records: list[VMRecord] = []
     patches: list[AgentPatch] = []
     deletions: list[Deletion] = []
     deferrals: list[Deferral] = []
-    retiring: list[VsphereAgentFacts] = []
     ejections: dict[ISOEjectedReason, int] = {}
     pending = 0
     cleanup = pool.cleanup_enabled
-    # an Available VM is surplus only while demand is quiet (`_cleanup_reason`)
-    candidates = _CLEANUP_CANDIDATES if demand.quiet else _CLEANUP_CANDIDATES - {_AVAILABLE}
-    bound_agents = _BoundAgents(snapshot.agents)
     preparation = Preparation.of(pool)
-    for va in ordered:
-        if va.deleting:
-            retiring.append(va)
-            continue
+    adjusted = bool(outcome.records or outcome.spares or outcome.taken)  # else as `phases` said
+    for va, phased in zip(live, bases, strict=True):
         if va.iso_ejected is not None:
             ejections[va.iso_ejected] = ejections.get(va.iso_ejected, 0) + 1
         agent = matches.get(va.name)
-        record = phases.record(va, agent, ctx)
+        record = _assigned(va, phased, outcome, ctx.now) if adjusted else phased
         records.append(record)
         phase = record.phase
         if phase in _PENDING:
@@ -270,9 +274,9 @@ def plan(snapshot: Snapshot) -> Plan:
             patch = preparation.patch(va, agent)
             if patch is not None:
                 patches.append(patch)
-        if not cleanup or phase not in candidates:
+        if not cleanup or phase not in _CLEANUP_CANDIDATES:
             continue
-        reason = _cleanup_reason(record, va, demand, ctx)
+        reason = _cleanup_reason(record, ctx)
         if reason is None:
             continue
         if snapshot.competing_pools:
@@ -284,15 +288,13 @@ def plan(snapshot: Snapshot) -> Plan:
                 )
             )
         elif agent is not None and agent.bound:
-            deferrals.append(
-                Deferral(record.name, agent.name, f"{reason}, but {_bound_blocker(agent)}")
-            )
+            deferrals.append(Deferral(record.name, agent.name, f"{reason}, but {blocker(agent)}"))
         elif (holder := bound_agents.identifying(va)) is not None:
             deferrals.append(
                 Deferral(
                     record.name,
                     holder.name,
-                    f"{reason}, but {_bound_blocker(holder)} and reports this VM's "
+                    f"{reason}, but {blocker(holder)} and reports this VM's "
                     f"{'BIOS UUID' if va.bios_uuid and holder.bios_uuid else 'MAC'}",
                 )
             )
@@ -301,7 +303,15 @@ def plan(snapshot: Snapshot) -> Plan:
                 Deletion(va.name, va.uid, record.name, agent.name if agent else None, reason)
             )
 
-    counts = _counts(snapshot, eligible, matches, retiring=retiring, pending=pending, demand=demand)
+    counts = _counts(
+        snapshot,
+        eligible,
+        matches,
+        retiring=retiring,
+        pending=pending,
+        creating=len(outcome.creations),
+        demand=demand,
+    )
     decided = (
         pool_conditions.demand_found(
             pool=pool, agent_machines=demand.agent_machines, competing=snapshot.competing_pools
@@ -314,17 +324,28 @@ def plan(snapshot: Snapshot) -> Plan:
         vsphere=_observed(pool, PoolConditionType.VSPHERE_READY),
         iso=_observed(pool, PoolConditionType.ISO_READY),
     )
-    patches.sort(key=attrgetter("agent"))
+    patches.sort(key=lambda p: p.agent)
     return Plan(
         counts=counts,
         vms=tuple(records),
         patches=tuple(patches),
         deletions=tuple(deletions),
         deferrals=tuple(deferrals),
-        actions=_actions(counts, patches, deletions, deferrals),
+        actions=actions(
+            Decisions(
+                counts=counts,
+                patches=patches,
+                deletions=deletions,
+                deferrals=deferrals,
+                handovers=outcome.handovers,
+            )
+        ),
         conditions=(*decided, ready),
         iso_ejections=ejections,
         wake_at=min(ctx.wake) if ctx.wake else None,
+        creations=outcome.creations,
+        handovers=outcome.handovers,
+        planned_names=(frozenset(va.name for va in ordered) if outcome.creations else frozenset()),
     )
 
 
@@ -335,10 +356,12 @@ def _counts(
     *,
     retiring: Sequence[VsphereAgentFacts],
     pending: int,
+    creating: int,
     demand: demand_.Demand,
 ) -> Counts:
     """The counts; `retiring` are the deleting VsphereAgents, `pending` the owned VMs
-    Provisioning or Available."""
+    Provisioning or Available, `creating` the VsphereAgents this plan creates (pending
+    VMs too, once it is applied)."""
     # an Agent matched to a deleting VM is held, not counted; one matched to a live VM
     # is owned (an Agent matches at most one VM)
     held = {agent.name for va in retiring if (agent := matches.get(va.name)) is not None}
@@ -360,58 +383,6 @@ def _counts(
                 bound += 1
             else:
                 available += 1
-    return demand_.counts(demand=demand, bound=bound, available=available, pending=pending)
-
-
-def _actions(
-    counts: Counts,
-    patches: Sequence[AgentPatch],
-    deletions: Sequence[Deletion],
-    deferrals: Sequence[Deferral],
-) -> tuple[Action, ...]:
-    """The planned actions, in a fixed order, at most `MAX_PLANNED_ACTIONS` of them."""
-    return tuple(
-        itertools.islice(_all_actions(counts, patches, deletions, deferrals), MAX_PLANNED_ACTIONS)
+    return demand_.counts(
+        demand=demand, bound=bound, available=available, pending=pending, creating=creating
     )
-
-
-def _all_actions(
-    counts: Counts,
-    patches: Sequence[AgentPatch],
-    deletions: Sequence[Deletion],
-    deferrals: Sequence[Deferral],
-) -> Iterator[Action]:
-    if counts.demand_deficit:
-        yield Action(
-            PlannedActionType.DEMAND_DEFICIT,
-            None,
-            f"{counts.agent_machines_without_agent} AgentMachine(s) lack an Agent and "
-            f"{counts.pending_owned_vms} owned VM(s) are pending: "
-            f"{counts.demand_deficit} more VM(s) needed",
-        )
-    for p in patches:
-        fields = sorted({*p.patch.get("spec", {}), *(("labels",) if "metadata" in p.patch else ())})
-        yield Action(
-            PlannedActionType.PATCH_AGENT,
-            p.agent,
-            f"prepare the Agent of VM {p.vm}: set {', '.join(fields)}",
-        )
-    for d in deletions:
-        yield Action(PlannedActionType.DELETE_VM, d.vm, d.reason)
-    for d in deletions:
-        if d.agent:
-            yield Action(
-                PlannedActionType.DELETE_AGENT, d.agent, f"the Agent of VM {d.vm}: {d.reason}"
-            )
-    for f in deferrals:
-        yield Action(PlannedActionType.NOOP, f.vm, f"clean-up deferred: {f.reason}")
-    if not (counts.demand_deficit or patches or deletions or deferrals):
-        waiting = counts.agent_machines_without_agent
-        yield Action(
-            PlannedActionType.NOOP,
-            None,
-            f"{counts.pending_owned_vms} owned VM(s) pending for {waiting} AgentMachine(s) "
-            "without an Agent: waiting for discovery and binding"
-            if waiting
-            else "Agent capacity satisfies current AgentMachine demand",
-        )

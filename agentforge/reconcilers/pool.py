@@ -5,18 +5,21 @@ One reconcile, all reads from the informer cache (0002):
 1. A deleted pool: delete its VsphereAgents (their `vm` controller finalizer removes
    VM and Agent per the cleanup policy), then drop `FINALIZER_POOL` once none is
    left. Otherwise make sure the finalizer is there.
-2. Build the planner's snapshot from memoised facts and run `planner.plan`.
-3. Apply it, stopping at the first failure: Agent preparation patches (merge patches
-   of the differing fields only), VsphereAgent deletions chosen for clean-up (with
-   a UID precondition, so a re-created object of the same name is never hit), the
-   VsphereAgents' `status.vm` phase fields.
-4. Write the pool status once, only when it differs from the cache (and again only
+2. Until the cache shows the VsphereAgents the last pass created or handed over, look
+   again shortly (`pool_apply.Expectations`): a plan must not miss its own writes.
+3. Build the planner's snapshot from memoised facts and run `planner.plan`.
+4. Apply it, stopping at the first failure (`pool_apply`): Agent preparation patches,
+   clean-up deletions, the VsphereAgents' `status.vm` phase fields and
+   `status.handover`, hand-overs of VMs to other AgentMachines, and the VsphereAgents
+   of AgentMachines no VM can serve.
+5. Write the pool status once, only when it differs from the cache (and again only
    when it differs from the fresh object inside `update_status`): a pool in
    steady state costs no API request at all.
-5. Events for changed plans, prepared Agents, clean-ups and failures (the recorder
-   aggregates repeats): one event per fact, so an Agent preparation is reported by
-   `AgentsPrepared` when applied and left out of `Planned`; capacity metrics; requeue
-   at the planner's next deadline. Everything else is event driven (`pool_watches`).
+6. Events for changed plans, prepared Agents, clean-ups, hand-overs, creations and
+   failures (the recorder aggregates repeats): one event per fact, so an Agent
+   preparation is reported by `AgentsPrepared` when applied and left out of
+   `Planned`; capacity metrics; requeue at the planner's next deadline. Everything
+   else is event driven (`pool_watches`).
 
 A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
 it requeues quietly. Status writes retry their 409s inside `update_status`.
@@ -25,9 +28,7 @@ it requeues quietly. Status writes retry their 409s inside `update_status`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,18 +43,21 @@ from agentforge.reconcilers import (
     indexes,
     metrics,
     planner,
+    pool_apply,
     pool_conditions,
     pool_snapshot,
     pool_watches,
 )
 from agentforge.reconcilers import pool_status as status_
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.pool_apply import PoolEvent
 
 log = logging.getLogger(__name__)
 
 JsonObj = dict[str, Any]
 CONTROLLER_NAME = "pool"
 _WAKE_MARGIN = 1.0  # seconds past a deadline, so the planner sees it reached
+_CACHE_WAIT = 0.2  # seconds: the cache shows our own writes within milliseconds
 
 rbac.needs(kinds.VSPHERE_AGENT_POOL, "get", "patch", why="pool finalizer; fresh read for status")
 rbac.needs(kinds.VSPHERE_AGENT_POOL, "update", subresource="status", why="pool status")
@@ -63,36 +67,6 @@ rbac.needs(kinds.AGENT, "patch", why="prepare discovered Agents (labels, role, h
 rbac.needs(kinds.EVENT, "create", "patch", why="events about pools (aggregated)")
 
 
-class PoolEvent(StrEnum):
-    PLANNED = "Planned"
-    AGENTS_PREPARED = "AgentsPrepared"
-    CLEANUP_STARTED = "CleanupStarted"
-    APPLY_FAILED = "ApplyFailed"
-    INVALID_POOL = "InvalidPool"
-    FINALIZED = "Finalized"
-
-
-class _StepFailed(Exception):
-    """One API call of the plan failed; the message names the object and the fix."""
-
-    def __init__(self, message: str, *, forbidden: bool = False) -> None:
-        super().__init__(message)
-        self.forbidden = forbidden
-
-
-def _hint(exc: errors.KubeError) -> str:
-    if isinstance(exc, errors.Forbidden):
-        return "grant the operator this permission (see config/rbac)"
-    if isinstance(exc, errors.Invalid):
-        return "the API server rejected it; check admission webhooks on that object"
-    return "it is retried with backoff"
-
-
-def _summary(items: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
 class PoolReconciler:
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
@@ -100,6 +74,7 @@ class PoolReconciler:
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._source = pool_snapshot.SnapshotSource(deps)
+        self._applier = pool_apply.PlanApplier(deps, self._source, self._event)
 
     # --- the reconcile ---------------------------------------------------------------
 
@@ -127,13 +102,17 @@ class PoolReconciler:
             pool
         ):
             return Result(requeue=True)
+        if self._applier.expectations.pending(key, self._vsphere_agents, namespace or ""):
+            return Result(requeue_after=_CACHE_WAIT)
         plan = planner.plan(self._source.snapshot(pool, now=now))
         failure: str | None = None
         forbidden = False
         owned: list[JsonObj] = []
+        requeue = False
         try:
-            owned = await self._apply(pool, obj, plan)
-        except _StepFailed as exc:
+            applied = await self._applier.apply(key, pool, obj, plan)
+            owned, requeue = applied.owned, applied.requeue
+        except pool_apply.StepFailed as exc:
             failure, forbidden = str(exc), exc.forbidden
         desired = status_.desired_from_plan(
             plan,
@@ -152,98 +131,11 @@ class PoolReconciler:
         metrics.record_iso_ejections(
             namespace=pool.metadata.namespace, pool=pool.metadata.name, counts=plan.iso_ejections
         )
-        if failure is not None:
+        if failure is not None or requeue:
             return Result(requeue=True)
         if plan.wake_at is not None:
             return Result(requeue_after=(plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
         return None
-
-    # --- applying the plan -------------------------------------------------------------
-
-    async def _step(self, action: str, call: Any) -> bool:
-        """Await one API call; False when its object is gone (nothing to do)."""
-        try:
-            await call
-        except (errors.NotFound, errors.Conflict) as exc:
-            if isinstance(exc, errors.NotFound) or "precondition" in exc.message.lower():
-                return False
-            raise _StepFailed(f"could not {action}: {exc}; {_hint(exc)}") from exc
-        except errors.KubeError as exc:
-            raise _StepFailed(
-                f"could not {action}: {exc}; {_hint(exc)}",
-                forbidden=isinstance(exc, errors.Forbidden),
-            ) from exc
-        return True
-
-    async def _apply(
-        self, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan
-    ) -> list[JsonObj]:
-        """Run the plan's API calls; return the `ownedVMs` entries of the result."""
-        namespace = pool.metadata.namespace
-        prepared: list[str] = []
-        try:
-            for patch in plan.patches:
-                if await self._step(
-                    f"patch Agent {namespace}/{patch.agent}",
-                    self._client.patch_merge(
-                        kinds.AGENT, namespace=namespace, name=patch.agent, patch=patch.patch
-                    ),
-                ):
-                    prepared.append(f"{patch.agent} (VM {patch.vm})")
-        finally:
-            if prepared:
-                await self._event(
-                    pool_obj,
-                    PoolEvent.AGENTS_PREPARED,
-                    f"prepared {len(prepared)} Agent(s) for their VMs (pool labels, role, "
-                    f"hostname{', approval' if pool.spec.agent.approve else ''}): "
-                    f"{_summary(prepared)}",
-                )
-        deleted: set[str] = set()
-        for deletion in plan.deletions:
-            await self._step(
-                f"delete VsphereAgent {namespace}/{deletion.vsphere_agent}",
-                self._client.delete(
-                    kinds.VSPHERE_AGENT,
-                    namespace=namespace,
-                    name=deletion.vsphere_agent,
-                    uid=deletion.uid or None,
-                ),
-            )
-            deleted.add(deletion.vsphere_agent)
-        if plan.deletions:
-            await self._event(
-                pool_obj,
-                PoolEvent.CLEANUP_STARTED,
-                f"deleting {len(plan.deletions)} VsphereAgent(s) (cleanupPolicy Delete; their "
-                "VMs and unbound Agents follow): "
-                + _summary([f"{d.vsphere_agent} ({d.reason})" for d in plan.deletions]),
-            )
-        return await self._write_vms(pool, plan, skip=deleted)
-
-    async def _write_vms(
-        self, pool: VsphereAgentPool, plan: planner.Plan, *, skip: set[str]
-    ) -> list[JsonObj]:
-        namespace = pool.metadata.namespace
-        where = status_.RefNamespaces(agents=namespace, machines=pool.spec.control_plane_namespace)
-        owned: list[JsonObj] = []
-        for record in plan.vms:
-            if record.vsphere_agent in skip:
-                continue
-            previous = self._source.vm_status(namespace=namespace, name=record.vsphere_agent)
-            wire = status_.rendered_vm(previous, record, where=where)
-            if wire != previous:
-                await self._step(
-                    f"update the status of VsphereAgent {namespace}/{record.vsphere_agent}",
-                    self._client.update_status(
-                        kinds.VSPHERE_AGENT,
-                        namespace=namespace,
-                        name=record.vsphere_agent,
-                        mutate=_vm_mutation(record, where),
-                    ),
-                )
-            owned.append(status_.owned_vm_entry(wire))
-        return owned
 
     def _cached_owned(self, pool_obj: JsonObj) -> list[JsonObj]:
         return list((pool_obj.get("status") or {}).get("ownedVMs") or [])
@@ -325,7 +217,7 @@ class PoolReconciler:
             meta = va["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
-            if await self._step(
+            if await self._applier.step(
                 f"delete VsphereAgent {namespace}/{meta['name']}",
                 self._client.delete(
                     kinds.VSPHERE_AGENT, namespace=namespace, name=meta["name"], uid=meta.get("uid")
@@ -337,7 +229,7 @@ class PoolReconciler:
                 pool_obj,
                 PoolEvent.CLEANUP_STARTED,
                 f"pool deleted: deleting {len(started)} VsphereAgent(s) "
-                f"(cleanupPolicy {pool.spec.cleanup_policy.value}): {_summary(started)}",
+                f"(cleanupPolicy {pool.spec.cleanup_policy.value}): {pool_apply.summary(started)}",
             )
         if remaining:
             desired = status_.DesiredPoolStatus(
@@ -361,7 +253,7 @@ class PoolReconciler:
     # --- reporting ---------------------------------------------------------------------
 
     async def _event(
-        self, pool_obj: JsonObj, reason: PoolEvent, message: str, *, warning: bool = False
+        self, pool_obj: JsonObj, reason: PoolEvent, message: str, warning: bool = False
     ) -> None:
         await self._deps.events.record(
             pool_obj,
@@ -392,21 +284,8 @@ class PoolReconciler:
             await self._event(
                 pool_obj,
                 PoolEvent.PLANNED,
-                f"planned {len(actions)} action(s): {_summary(parts)}",
+                f"planned {len(actions)} action(s): {pool_apply.summary(parts)}",
             )
-
-
-def _vm_mutation(record: planner.VMRecord, where: status_.RefNamespaces) -> Any:
-    def mutate(fresh: JsonObj) -> JsonObj | None:
-        status = fresh.setdefault("status", {})
-        vm = status.get("vm")
-        vm = dict(vm) if isinstance(vm, dict) else {}
-        if not status_.apply_vm(vm, record, where=where):
-            return None
-        status["vm"] = vm
-        return fresh
-
-    return mutate
 
 
 def controller(deps: Deps) -> Controller:

@@ -21,6 +21,7 @@ from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.memo import FactsMemo
 from agentforge.reconcilers.snapshot import (
     Claims,
+    VsphereAgentFacts,
     agent_facts,
     agent_machine_facts,
     claim_of,
@@ -51,6 +52,16 @@ class SnapshotSource:
         facts = self._va_facts.facts(cached) if cached is not None else None
         return facts.vm_status if facts is not None else {}
 
+    def handover(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The cached `status.handover` of a VsphereAgent (None when it has none)."""
+        cached = self._vsphere_agents.get(namespace=namespace, name=name)
+        found = ((cached or {}).get("status") or {}).get("handover")
+        return found if isinstance(found, Mapping) else None
+
+    def resource_version(self, *, namespace: str, name: str) -> str:
+        cached = self._vsphere_agents.get(namespace=namespace, name=name)
+        return str(((cached or {}).get("metadata") or {}).get("resourceVersion") or "")
+
     def snapshot(self, pool: VsphereAgentPool, *, now: datetime) -> planner.Snapshot:
         namespace, name = pool.metadata.namespace, pool.metadata.name
         node_pool = indexes.node_pool_key(
@@ -59,18 +70,27 @@ class SnapshotSource:
             node_pool=pool.spec.node_pool_ref.name,
         )
         infra_env_name = pool.spec.infra_env_ref.name
+        uid = pool.metadata.uid
         claims = []
         for obj in self._vsphere_agents.list(namespace=namespace):
             facts = self._va_facts.facts(obj)
-            claim = claim_of(facts) if facts is not None and facts.pool != name else None
+            if facts is None or (facts.pool == name and not _left_by_namesake(facts, uid)):
+                continue
+            claim = claim_of(facts)
             if claim is not None:
                 claims.append(claim)
         infra_env = self._infra_envs.get(namespace=namespace, name=infra_env_name)
         competing = [
-            p["metadata"]["name"]
+            p["metadata"]["name"]  # the index key holds the pool namespace: all of ours
             for p in self._pools.by_index(indexes.POOLS_BY_NODE_POOL, node_pool)
-            if p["metadata"]["name"] != name and not p["metadata"].get("deletionTimestamp")
+            if not _same_pool(p, namespace=namespace, name=name, uid=uid)
+            and not p["metadata"].get("deletionTimestamp")
         ]
+        own = self._va_facts.all(
+            self._vsphere_agents.by_index(
+                indexes.VSPHERE_AGENTS_BY_POOL, indexes.namespaced_key(namespace, name)
+            )
+        )
         return planner.Snapshot(
             pool=pool,
             agent_machines=self._am_facts.all(
@@ -84,13 +104,26 @@ class SnapshotSource:
                     indexes.AGENTS_BY_INFRA_ENV, indexes.namespaced_key(namespace, infra_env_name)
                 )
             ),
-            vsphere_agents=self._va_facts.all(
-                self._vsphere_agents.by_index(
-                    indexes.VSPHERE_AGENTS_BY_POOL, indexes.namespaced_key(namespace, name)
-                )
-            ),
+            vsphere_agents=[f for f in own if not _left_by_namesake(f, uid)],
             now=now,
             claims=Claims.of(claims),
             infra_env=infra_env_facts(infra_env) if infra_env is not None else None,
             competing_pools=sorted(competing),
         )
+
+
+def _same_pool(obj: Mapping[str, Any], *, namespace: str, name: str, uid: str) -> bool:
+    """`obj` is this pool: the same namespace and name, and the same UID when both
+    have one (a re-created pool of the same name is another object)."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("namespace"), meta.get("name")) != (namespace, name):
+        return False
+    other = meta.get("uid")
+    return not (uid and other and other != uid)
+
+
+def _left_by_namesake(facts: VsphereAgentFacts, uid: str) -> bool:
+    """A VsphereAgent owned by an earlier pool of the same name (its ownerReference
+    holds that pool's UID): not this pool's to plan; its VM and Agent are held like
+    another pool's (a claim) until the garbage collector removes it."""
+    return bool(uid and facts.pool_uid and facts.pool_uid != uid)

@@ -4,8 +4,9 @@ Two controllers write each of these objects (0002): the `pool` controller owns t
 pool's counts, `ownedVMs`, `plannedActions`, `isoEjections`, `observedGeneration`
 and conditions Ready, AgentMachineDemandFound, InfraEnvAvailable and
 CapacitySatisfied; on a VsphereAgent it owns `status.vm.{phase, reason, agentRef,
-machineRef, lastTransitionTime}`. The `apply_*` functions set exactly those fields
-on a status dict and say whether anything changed, so the controller can
+machineRef, lastTransitionTime}` and `status.handover`. The `apply_*` functions set
+exactly those fields on a status dict and say whether anything changed, so the
+controller can
 
 * check the cached object first and skip the API entirely when nothing would change
   (steady state costs no request), and
@@ -109,6 +110,31 @@ def _transition_time(vm: Mapping[str, Any], record: VMRecord) -> str:
     if vm.get("phase") == record.phase.value and isinstance(recorded, str) and recorded:
         return recorded
     return format_time(record.last_transition)
+
+
+def handover_wire(record: VMRecord) -> JsonObj | None:
+    """`status.handover` as the planner wants it (None: no record)."""
+    handover = record.handover
+    if handover is None:
+        return None
+    out: JsonObj = {"fromAgentMachine": handover.from_}
+    if handover.to:
+        out["toAgentMachine"] = handover.to
+    if handover.to_uid:
+        out["toAgentMachineUID"] = handover.to_uid
+    out["since"] = format_time(handover.since)
+    return out
+
+
+def apply_handover(status: JsonObj, record: VMRecord) -> bool:
+    """Set or drop `status.handover` in place; True when it changed."""
+    wanted = handover_wire(record)
+    if wanted is None:
+        return status.pop("handover", None) is not None
+    if status.get("handover") == wanted:
+        return False
+    status["handover"] = wanted
+    return True
 
 
 def rendered_vm(previous: Mapping[str, Any], record: VMRecord, *, where: RefNamespaces) -> JsonObj:

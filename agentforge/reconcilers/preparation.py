@@ -3,7 +3,8 @@
 DOMAIN.md section 3: the pool's labels, the nodepool discriminator (the pool's own
 `agent-forge.containeroo.ch/nodepool` label value, else the NodePool's name), the
 role label and `spec.role`, `spec.hostname` = the VM name, the selection label (the
-AgentMachine the VM was made for, or the VM name for an adopted VM) and, unless the
+AgentMachine the VM serves: the target of a hand-over once `status.handover` records
+it, else the one it was made for; the VM name for an adopted VM) and, unless the
 pool says `approve: false`, `spec.approved=true`. A patch holds only the fields that
 differ, so a prepared Agent costs nothing and the patch is safe to repeat.
 
@@ -64,7 +65,9 @@ class Preparation:
         for key, value in self.labels.items():
             if have.get(key) != value:
                 labels[key] = value
-        selection = va.agent_machine or vm_name
+        handover = va.handover  # `va.target`, inlined: this runs per VM per plan
+        target = handover.selection if handover is not None and handover.to else va.agent_machine
+        selection = target or vm_name
         if have.get(_SELECTION) != selection:
             labels[_SELECTION] = selection
         spec: dict[str, Any] = {}

@@ -1,23 +1,18 @@
-"""The `scaleup` controller (key: AgentMachine): one VsphereAgent per waiting AgentMachine.
+"""The `scaleup` controller (key: AgentMachine): pin the selection label of waiting demand.
 
 An AgentMachine reporting Ready=False, reason NoSuitableAgents is demand for one
 Agent. If exactly one live pool serves it (same `controlPlaneNamespace`, nodePool
-annotation `<pool ns>/<nodePoolRef>`), this controller
+annotation `<pool ns>/<nodePoolRef>`), this controller pins the selection label
+`agent-forge.containeroo.ch/agent-machine: <am>` into the AgentMachine's
+`spec.agentLabelSelector.matchLabels` (a merge patch: the NodePool's own labels
+stay), so it binds the Agent of the VM that serves it and no other.
 
-1. pins the selection label `agent-forge.containeroo.ch/agent-machine: <am>` into the
-   AgentMachine's `spec.agentLabelSelector.matchLabels` (a merge patch: the NodePool's
-   own labels stay), so it binds the Agent of the VM made for it and no other;
-2. creates exactly one VsphereAgent for it: deterministic name (`naming`), labels
-   pool / created-for / agent-machine, the VM name annotation, an ownerReference to
-   the pool.
-
-Both steps are idempotent across restarts and concurrent events: the cache and the
-index `VSPHERE_AGENTS_BY_AGENT_MACHINE` say whether the VsphereAgent exists; a
-create that meets AlreadyExists reads the object and accepts it when it is ours
-(a name held by another pool's or AgentMachine's object moves to the fallback name).
-A VsphereAgent being deleted for this AgentMachine is waited for, never duplicated.
-Two matching pools are a configuration error: a Warning event on the AgentMachine
-names both and the fix, and nothing is created. A pool being deleted creates nothing.
+Which VM serves it, a VM of an AgentMachine that went away or a new one, is the pool's
+decision (`assignment`), taken for the whole pool at once: deciding it here, one
+AgentMachine at a time, made a new VM for every replacement while the replaced
+AgentMachines' VMs still booted. Two matching pools are a configuration error: a
+Warning event on the AgentMachine names both and the fix, and nothing is pinned (the
+pool creates nothing either). A pool being deleted pins nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ from enum import StrEnum
 from typing import Any
 
 from agentforge.api import kinds, names, rbac, views
-from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
@@ -42,62 +36,16 @@ JsonObj = dict[str, Any]
 CONTROLLER_NAME = "scaleup"
 
 rbac.needs(kinds.AGENT_MACHINE, "patch", why="pin the selection label into agentLabelSelector")
-rbac.needs(kinds.VSPHERE_AGENT, "create", "get", why="one VsphereAgent per waiting AgentMachine")
 rbac.needs(kinds.EVENT, "create", "patch", why="events about AgentMachines (aggregated)")
 
 
 class ScaleUpEvent(StrEnum):
-    VSPHERE_AGENT_CREATED = "VsphereAgentCreated"
     AMBIGUOUS_POOLS = "AmbiguousPoolMatch"
-    NAME_TAKEN = "VsphereAgentNameTaken"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _is_ours(va: Mapping[str, Any], *, pool: str, selection: str) -> bool:
-    labels = _meta(va).get("labels") or {}
-    return (
-        labels.get(names.LABEL_POOL) == pool and labels.get(names.LABEL_AGENT_MACHINE) == selection
-    )
-
-
-def vsphere_agent_object(*, pool: VsphereAgentPool, name: str, selection: str) -> dict[str, Any]:
-    """The VsphereAgent requested for one AgentMachine of `pool`."""
-    namespace = pool.metadata.namespace
-    return {
-        "apiVersion": kinds.VSPHERE_AGENT.api_version,
-        "kind": kinds.VSPHERE_AGENT.kind,
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {
-                names.LABEL_POOL: pool.metadata.name,
-                names.LABEL_CREATED_FOR: names.CreatedFor.AGENT_MACHINE.value,
-                names.LABEL_AGENT_MACHINE: selection,
-            },
-            "annotations": {
-                names.ANNOTATION_VM_NAME: naming.vm_name(
-                    name_prefix=pool.effective_name_prefix(),
-                    namespace=namespace,
-                    vsphere_agent=name,
-                )
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": kinds.VSPHERE_AGENT_POOL.api_version,
-                    "kind": kinds.VSPHERE_AGENT_POOL.kind,
-                    "name": pool.metadata.name,
-                    "uid": pool.metadata.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
-        },
-        "spec": {"poolRef": {"name": pool.metadata.name}},
-    }
 
 
 class ScaleUpReconciler:
@@ -106,7 +54,6 @@ class ScaleUpReconciler:
         self._client = deps.client
         self._agent_machines = deps.informer(kinds.AGENT_MACHINE)
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
-        self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._agent_machines.get_by_key(key)
@@ -128,10 +75,8 @@ class ScaleUpReconciler:
         if len(live) > 1:
             await self._ambiguous(obj, am, live)
             return None
-        pool = VsphereAgentPool.model_validate(live[0])
         selection = naming.selection_label_value(agent_machine=am.metadata.name)
         await self._pin(am, selection)
-        await self._ensure_vsphere_agent(obj, am, pool, selection)
         return None
 
     async def _ambiguous(self, obj: JsonObj, am: views.AgentMachine, pools: list[JsonObj]) -> None:
@@ -160,61 +105,6 @@ class ScaleUpReconciler:
             )
         except errors.NotFound:
             return
-
-    async def _ensure_vsphere_agent(
-        self, am_obj: JsonObj, am: views.AgentMachine, pool: VsphereAgentPool, selection: str
-    ) -> None:
-        namespace, pool_name = pool.metadata.namespace, pool.metadata.name
-        existing = self._vsphere_agents.by_index(
-            indexes.VSPHERE_AGENTS_BY_AGENT_MACHINE,
-            indexes.vsphere_agent_machine_key(
-                namespace=namespace, pool=pool_name, selection=selection
-            ),
-        )
-        if existing:
-            return  # made already (or being deleted: its deletion event brings us back)
-        candidates = dict.fromkeys(
-            (
-                naming.vsphere_agent_name(agent_machine=am.metadata.name),
-                naming.vsphere_agent_fallback_name(
-                    namespace=namespace, pool=pool_name, agent_machine=am.metadata.name
-                ),
-            )
-        )
-        for name in candidates:
-            cached = self._vsphere_agents.get(namespace=namespace, name=name)
-            if cached is not None:
-                if _is_ours(cached, pool=pool_name, selection=selection):
-                    return
-                continue
-            body = vsphere_agent_object(pool=pool, name=name, selection=selection)
-            try:
-                await self._client.create(kinds.VSPHERE_AGENT, body, namespace=namespace)
-            except errors.AlreadyExists:
-                current = await self._client.get(
-                    kinds.VSPHERE_AGENT, namespace=namespace, name=name
-                )
-                if _is_ours(current, pool=pool_name, selection=selection):
-                    return
-                continue
-            vm = body["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
-            await self._deps.events.record(
-                am_obj,
-                type=EventType.NORMAL,
-                reason=ScaleUpEvent.VSPHERE_AGENT_CREATED,
-                message=f"created VsphereAgent {namespace}/{name} (VM {vm}) of pool "
-                f"{namespace}/{pool_name} for this AgentMachine; it binds the Agent labelled "
-                f"{names.LABEL_AGENT_MACHINE}={selection}",
-            )
-            return
-        await self._deps.events.record(
-            am_obj,
-            type=EventType.WARNING,
-            reason=ScaleUpEvent.NAME_TAKEN,
-            message=f"cannot create a VsphereAgent for AgentMachine {am.metadata.key}: the names "
-            f"{' and '.join(f'{namespace}/{n}' for n in candidates)} are taken by objects of "
-            "another pool or AgentMachine; delete or rename them",
-        )
 
 
 # --- watches ---------------------------------------------------------------------------
@@ -246,16 +136,8 @@ def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
     return fingerprint(old) != fingerprint(new)
 
 
-def _vsphere_agent_changed(old: JsonObj, new: JsonObj) -> bool:
-    return (_meta(old).get("deletionTimestamp"), _meta(old).get("labels")) != (
-        _meta(new).get("deletionTimestamp"),
-        _meta(new).get("labels"),
-    )
-
-
 class _Mappers:
-    def __init__(self, *, pools: Any, agent_machines: Any) -> None:
-        self._pools = pools
+    def __init__(self, *, agent_machines: Any) -> None:
         self._agent_machines = agent_machines
 
     def pool(self, pool: JsonObj) -> Iterable[ObjectKey]:
@@ -268,46 +150,19 @@ class _Mappers:
             for am in self._agent_machines.by_index(indexes.BY_NODE_POOL, node_pool)
         ]
 
-    def vsphere_agent(self, va: JsonObj) -> Iterable[ObjectKey]:
-        """A VsphereAgent -> the AgentMachine it was made for."""
-        namespace = _meta(va).get("namespace")
-        selection = (_meta(va).get("labels") or {}).get(names.LABEL_AGENT_MACHINE)
-        if not namespace or not selection:
-            return ()
-        keys: list[ObjectKey] = []
-        for pool_name in indexes.pools_of_vsphere_agent(va):
-            pool = self._pools.get(namespace=namespace, name=pool_name)
-            cpns = ((pool or {}).get("spec") or {}).get("controlPlaneNamespace")
-            if not cpns:
-                continue
-            if self._agent_machines.get(namespace=cpns, name=selection) is not None:
-                keys.append(key_for(namespace=cpns, name=selection))
-                continue
-            node_pool = indexes.pool_node_pool_key(pool or {})  # a hashed selection value
-            for am in self._agent_machines.by_index(indexes.BY_NODE_POOL, node_pool or ""):
-                name = _meta(am)["name"]
-                if naming.selection_label_value(agent_machine=name) == selection:
-                    keys.append(key_for(namespace=cpns, name=name))
-        return keys
-
 
 def controller(deps: Deps) -> Controller:
     """The `scaleup` controller over the app's informers (indexes installed here)."""
     indexes.install(deps.informers)
     pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
     agent_machines = deps.informer(kinds.AGENT_MACHINE)
-    mappers = _Mappers(pools=pools, agent_machines=agent_machines)
+    mappers = _Mappers(agent_machines=agent_machines)
     return Controller(
         name=CONTROLLER_NAME,
         reconcile=ScaleUpReconciler(deps).reconcile,
         watches=[
             Watch(source=agent_machines, predicate=_agent_machine_changed),
             Watch(source=pools, map=mappers.pool, predicate=_pool_changed),
-            Watch(
-                source=deps.informer(kinds.VSPHERE_AGENT),
-                map=mappers.vsphere_agent,
-                predicate=_vsphere_agent_changed,
-            ),
         ],
         workers=deps.workers,
     )

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from agentforge.api import identity, names, views
+from agentforge.api import identity, kinds, names, views
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionType
+from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase
 from agentforge.reconcilers import naming
 
@@ -46,7 +47,11 @@ class AgentFacts:
     bound: bool
     """Bound to an AgentMachine or assigned to a cluster: never ours to delete."""
     agent_machine_ref: str | None
-    cluster_deployment: str | None
+    """The name of the AgentMachine it is bound to (label `agentMachineRef`)."""
+    agent_machine_namespace: str | None
+    """... and that AgentMachine's namespace, when the Agent says (`views.Agent`)."""
+    cluster_deployment: NamespacedName | None
+    """The ClusterDeployment it is assigned to, namespace defaulted (`views.Agent`)."""
     bios_uuid: str | None
     macs: frozenset[str]
     hostname: str
@@ -58,7 +63,6 @@ class AgentFacts:
 
 def agent_facts(obj: JsonObj) -> AgentFacts:
     view = views.Agent.model_validate(obj)
-    deployment = view.spec.cluster_deployment_name
     labels = (obj.get("metadata") or _EMPTY).get("labels")
     return AgentFacts(
         name=view.metadata.name,
@@ -68,7 +72,8 @@ def agent_facts(obj: JsonObj) -> AgentFacts:
         deleting=view.is_deleting,
         bound=view.is_bound,
         agent_machine_ref=view.agent_machine_ref,
-        cluster_deployment=deployment.name if deployment and deployment.name else None,
+        agent_machine_namespace=view.agent_machine_namespace,
+        cluster_deployment=view.cluster_deployment,
         bios_uuid=view.bios_uuid,
         macs=view.mac_addresses,
         hostname=view.spec.hostname or view.hostname,
@@ -90,10 +95,18 @@ class AgentMachineFacts:
     """The selection label pinned into `spec.agentLabelSelector.matchLabels`."""
     selection: str
     """The selection label value its VsphereAgent and Agent carry (`naming`)."""
+    uid: str = ""
+    created: str = ""
+    """`metadata.creationTimestamp` as written (RFC 3339 sorts as text): oldest first."""
+    agent: NamespacedName | None = None
+    """The Agent CAPI assigned (`status.agentRef`, namespace defaulted)."""
+    provider_agent: str | None = None
+    """The Agent name or UID in `spec.providerID` (`agent://...`)."""
 
 
 def agent_machine_facts(obj: JsonObj) -> AgentMachineFacts:
     view = views.AgentMachine.model_validate(obj)
+    created = (obj.get("metadata") or _EMPTY).get("creationTimestamp")
     return AgentMachineFacts(
         name=view.metadata.name,
         deleting=view.is_deleting,
@@ -102,6 +115,10 @@ def agent_machine_facts(obj: JsonObj) -> AgentMachineFacts:
         has_agent=view.has_agent,
         pinned=view.spec.agent_label_selector.match_labels.get(names.LABEL_AGENT_MACHINE),
         selection=naming.selection_label_value(agent_machine=view.metadata.name),
+        uid=view.metadata.uid,
+        created=created if isinstance(created, str) else "",
+        agent=view.agent_key,
+        provider_agent=view.provider_agent,
     )
 
 
@@ -146,6 +163,38 @@ def infra_env_facts(obj: JsonObj) -> InfraEnvFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class HandoverFacts:
+    """`status.handover`: the VM is spare (`to` None) or being handed to AgentMachine `to`."""
+
+    from_: str
+    """The selection label value of the AgentMachine it was made for or last served."""
+    to: str | None
+    to_uid: str | None
+    since: datetime
+
+    @property
+    def selection(self) -> str | None:
+        """The selection label value of the target AgentMachine, while handing over."""
+        return naming.selection_label_value(agent_machine=self.to) if self.to else None
+
+
+def handover_facts(value: object) -> HandoverFacts | None:
+    """The record as written; an unreadable one counts as none (the planner decides anew)."""
+    if not isinstance(value, Mapping):
+        return None
+    from_ = _str(value.get("fromAgentMachine"))
+    since = parse_time(value.get("since"))
+    if from_ is None or since is None:
+        return None
+    return HandoverFacts(
+        from_=from_,
+        to=_str(value.get("toAgentMachine")),
+        to_uid=_str(value.get("toAgentMachineUID")),
+        since=since,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class VsphereAgentFacts:
     """One VsphereAgent and the VM record in its status."""
 
@@ -163,7 +212,11 @@ class VsphereAgentFacts:
     phase: VMPhase | None
     reason: str | None
     agent_ref: str | None
+    """The recorded Agent's name; a record naming another namespace's Agent is ignored
+    (the pool's Agents live in the VsphereAgent's namespace)."""
     machine_ref: str | None
+    machine_ref_namespace: str | None
+    """The recorded Machine's namespace, when the record names one."""
     last_transition: datetime | None
     created_at: datetime | None
     ready_since: datetime | None
@@ -171,6 +224,21 @@ class VsphereAgentFacts:
     iso_ejected: ISOEjectedReason | None
     vm_status: Mapping[str, Any] = field(default_factory=dict)
     """The raw `status.vm` (read-only), rendered back with the planner's fields."""
+    pool_uid: str | None = None
+    """The UID in its ownerReference to a VsphereAgentPool, if it has one: an object
+    left by an earlier pool of the same name carries that pool's UID."""
+    handover: HandoverFacts | None = None
+    """`status.handover`: spare, or being handed to another AgentMachine."""
+    resource_version: str = ""
+
+    @property
+    def target(self) -> str | None:
+        """The selection label value of the AgentMachine it is for: the hand-over's
+        target while one runs, else its label."""
+        handover = self.handover
+        if handover is not None and handover.to:
+            return handover.selection
+        return self.agent_machine
 
     @property
     def vm_exists(self) -> bool:
@@ -202,6 +270,30 @@ def _ref_name(value: object) -> str | None:
     return _str(value.get("name")) if isinstance(value, Mapping) else None
 
 
+def _ref_namespace(value: object) -> str | None:
+    return _str(value.get("namespace")) if isinstance(value, Mapping) else None
+
+
+def _local_ref_name(value: object, *, namespace: str) -> str | None:
+    """A recorded reference's name when it names an object of `namespace` (or names no
+    namespace, which means that one)."""
+    other = _ref_namespace(value)
+    return _ref_name(value) if other in (None, namespace) else None
+
+
+def _pool_owner_uid(meta: Mapping[str, Any]) -> str | None:
+    """The UID of the VsphereAgentPool in the ownerReferences (the controller one first)."""
+    owners = [
+        ref
+        for ref in meta.get("ownerReferences") or ()
+        if isinstance(ref, Mapping)
+        and ref.get("kind") == kinds.VSPHERE_AGENT_POOL.kind
+        and str(ref.get("apiVersion", "")).partition("/")[0] == kinds.VSPHERE_AGENT_POOL.group
+    ]
+    owners.sort(key=lambda ref: not ref.get("controller"))
+    return _str(owners[0].get("uid")) if owners else None
+
+
 def _enum(enum: type[_E], value: object) -> _E | None:
     try:
         return enum(value)  # type: ignore[call-arg]
@@ -230,6 +322,7 @@ def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
         elif condition.get("type") == VsphereAgentConditionType.ISO_EJECTED:
             ejected = _enum(ISOEjectedReason, condition.get("reason"))
     name = str(meta.get("name", ""))
+    namespace = str(meta.get("namespace", ""))
     return VsphereAgentFacts(
         name=name,
         uid=str(meta.get("uid", "")),
@@ -242,13 +335,17 @@ def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
         mac=identity.normalize_mac(_str(vm.get("macAddress"))),
         phase=_enum(VMPhase, vm.get("phase")),
         reason=_str(vm.get("reason")),
-        agent_ref=_ref_name(vm.get("agentRef")),
+        agent_ref=_local_ref_name(vm.get("agentRef"), namespace=namespace),
         machine_ref=_ref_name(vm.get("machineRef")),
+        machine_ref_namespace=_ref_namespace(vm.get("machineRef")),
         last_transition=parse_time(vm.get("lastTransitionTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         ready_since=ready_since,
         iso_ejected=ejected,
         vm_status=vm,
+        pool_uid=_pool_owner_uid(meta),
+        handover=handover_facts(status.get("handover")),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 

@@ -5,8 +5,9 @@ Binding, only for an AgentMachine that waits (`Ready=False/NoSuitableAgents`, no
 approved, `Validated=True`, unbound (no `agentMachineRef` label, no
 `spec.clusterDeploymentName`), not deleting and whose labels include every entry of
 the AgentMachine's `spec.agentLabelSelector.matchLabels`. The Agent is claimed first
-(label `agentMachineRef`, `spec.clusterDeploymentName` = the hosted cluster in the
-control plane namespace) with a resourceVersion precondition, so two AgentMachines
+(label `agentMachineRef`, annotation `agentMachineRefNamespace`,
+`spec.clusterDeploymentName` = the hosted cluster in the control plane namespace, as
+cluster-api-provider-agent writes them) with a resourceVersion precondition, so two AgentMachines
 never get one Agent; then the AgentMachine gets the provider's finalizer,
 `spec.providerID: agent://<agent uid>`, `status.agentRef`, `status.ready` and
 `Ready=True`. A claim whose AgentMachine half failed is finished on the next tick.
@@ -119,12 +120,7 @@ class CapiAgentProvider(Actor):
         self, am: dict[str, Any], agents: list[dict[str, Any]], taken: set[str]
     ) -> None:
         am_name = am["metadata"]["name"]
-        claimed = [
-            a
-            for a in agents
-            if (a["metadata"].get("labels") or {}).get(names.LABEL_AGENT_MACHINE_REF) == am_name
-            and _cluster_namespace(a) == am["metadata"]["namespace"]
-        ]
+        claimed = [a for a in agents if _bound_to(a, am)]
         if claimed:  # a claim whose AgentMachine half did not land: finish it
             await self._finish(am, claimed[0])
             return
@@ -139,6 +135,9 @@ class CapiAgentProvider(Actor):
             "metadata": {
                 "resourceVersion": agent["metadata"]["resourceVersion"],
                 "labels": {names.LABEL_AGENT_MACHINE_REF: am_name},
+                "annotations": {
+                    names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: am["metadata"]["namespace"]
+                },
             },
             "spec": {
                 "clusterDeploymentName": {"name": cluster, "namespace": am["metadata"]["namespace"]}
@@ -194,16 +193,16 @@ class CapiAgentProvider(Actor):
         if AGENT_MACHINE_FINALIZER not in (meta.get("finalizers") or []):
             return
         for agent in agents:
-            labels = agent["metadata"].get("labels") or {}
-            if labels.get(names.LABEL_AGENT_MACHINE_REF) == meta["name"] and _cluster_namespace(
-                agent
-            ) in ("", meta["namespace"]):
+            if _bound_to(agent, am):
                 await self.client.patch_merge(
                     kinds.AGENT,
                     namespace=agent["metadata"]["namespace"],
                     name=_name(agent),
                     patch={
-                        "metadata": {"labels": {names.LABEL_AGENT_MACHINE_REF: None}},
+                        "metadata": {
+                            "labels": {names.LABEL_AGENT_MACHINE_REF: None},
+                            "annotations": {names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: None},
+                        },
                         "spec": {"clusterDeploymentName": None},
                     },
                 )
@@ -248,6 +247,15 @@ def _age(obj: dict[str, Any]) -> tuple[str, str]:
     return (str(obj["metadata"].get("creationTimestamp", "")), _name(obj))
 
 
-def _cluster_namespace(agent: dict[str, Any]) -> str:
+def _bound_to(agent: dict[str, Any], am: dict[str, Any]) -> bool:
+    """`agent` is bound to `am`: its `agentMachineRef` names it, in its namespace (the
+    provider's annotation, else the ClusterDeployment's namespace); a namesake in
+    another namespace is another AgentMachine."""
+    meta = agent["metadata"]
+    if (meta.get("labels") or {}).get(names.LABEL_AGENT_MACHINE_REF) != am["metadata"]["name"]:
+        return False
     deployment = (agent.get("spec") or {}).get("clusterDeploymentName") or {}
-    return str(deployment.get("namespace") or "")
+    namespace = (meta.get("annotations") or {}).get(
+        names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE
+    ) or deployment.get("namespace")
+    return namespace == am["metadata"]["namespace"]

@@ -156,6 +156,8 @@ def agent_obj(
     spec_hostname: str = "",
     bound_to: str | None = None,
     cluster: str | None = None,
+    cluster_namespace: str | None = CPNS,
+    bound_in: str | None = None,
     labels: Mapping[str, str] | None = None,
     approved: bool = False,
     role: str = "",
@@ -171,13 +173,18 @@ def agent_obj(
     if bound_to:
         meta["labels"][names.LABEL_AGENT_MACHINE_REF] = bound_to
         cluster = cluster or CLUSTER
+    if bound_in:  # cluster-api-provider-agent's annotation: the AgentMachine's namespace
+        meta["annotations"] = {names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: bound_in}
     if deleting:
         meta["deletionTimestamp"] = format_time(ago(minutes=1))
     spec: dict[str, Any] = {"approved": approved, "role": role}
     if spec_hostname:
         spec["hostname"] = spec_hostname
     if cluster:
-        spec["clusterDeploymentName"] = {"name": cluster, "namespace": CPNS}
+        ref = {"name": cluster}
+        if cluster_namespace is not None:
+            ref["namespace"] = cluster_namespace
+        spec["clusterDeploymentName"] = ref
     return {
         "apiVersion": "agent-install.openshift.io/v1beta1",
         "kind": "Agent",
@@ -325,6 +332,7 @@ class World:
             obj = self.vsphere_agents[record.vsphere_agent]
             vm = obj.setdefault("status", {}).setdefault("vm", {})
             pool_status.apply_vm(vm, record, where=WHERE)
+            pool_status.apply_handover(obj["status"], record)
         for deletion in plan.deletions:
             meta = self.vsphere_agents[deletion.vsphere_agent]["metadata"]
             meta["deletionTimestamp"] = format_time(self.now)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
-from agentforge.reconcilers.planner import ORPHAN_GRACE
+from agentforge.api.vm import VMPhase, VMReason
+from agentforge.reconcilers.planner import HANDOVER_GRACE, ORPHAN_GRACE
 from agentforge.reconcilers.snapshot import Claim
 from tests.unit.reconcilers.planner_support import (
+    CPNS,
+    NOW,
     World,
     agent_machine_obj,
     agent_obj,
@@ -118,35 +121,61 @@ def test_orphans_are_cleaned_up_even_while_agent_machines_wait() -> None:
     assert deleted(world) == {"am-1": None}
 
 
-def test_a_surplus_available_vm_whose_agent_machine_is_gone_is_deleted_when_demand_is_quiet() -> (
-    None
-):
+def test_a_vm_whose_agent_machine_is_gone_is_spare_then_deleted_after_the_handover_grace() -> None:
     world = World().add(
         vsphere_agent_obj("am-gone", bios_uuid=uuid(1)),
         agent_obj("a1", bios_uuid=uuid(1)),
         agent_machine_obj("am-2", waiting=False, ready=True, agent="a2"),
     )
-    assert deleted(world) == {"am-gone": "a1"}
+    plan = world.plan()
+    (record,) = plan.vms
+    assert (record.phase, record.reason) == (VMPhase.RELEASED, VMReason.MACHINE_DELETED)
+    assert record.handover is not None
+    assert (record.handover.from_, record.handover.to) == ("am-gone", None)
+    assert plan.deletions == ()
+    assert plan.wake_at == NOW + HANDOVER_GRACE
+    world.apply(plan)
+    world.now = NOW + HANDOVER_GRACE
+    plan = world.plan()
+    assert {d.vsphere_agent: d.agent for d in plan.deletions} == {"am-gone": "a1"}
+    assert "no AgentMachine of the pool took it within 5 minutes" in plan.deletions[0].reason
 
 
-def test_no_surplus_is_deleted_while_an_agent_machine_waits_or_lacks_an_agent() -> None:
-    for am in (
+def test_a_waiting_agent_machine_takes_the_vm_of_a_gone_one_instead_of_a_new_vm() -> None:
+    world = World().add(
+        vsphere_agent_obj("am-gone", bios_uuid=uuid(1)),
+        agent_obj("a1", bios_uuid=uuid(1)),
         agent_machine_obj("am-2", waiting=True),
+    )
+    plan = world.plan()
+    assert plan.deletions == ()
+    assert plan.creations == ()
+    assert [(h.vsphere_agent, h.agent_machine) for h in plan.handovers] == [("am-gone", "am-2")]
+
+
+def test_an_unready_agent_machine_that_does_not_wait_takes_nothing() -> None:
+    world = World().add(
+        vsphere_agent_obj("am-gone", bios_uuid=uuid(1)),
+        agent_obj("a1", bios_uuid=uuid(1)),
         agent_machine_obj("am-2", waiting=False, ready=False),
-    ):
-        world = World().add(
-            vsphere_agent_obj("am-gone", bios_uuid=uuid(1)), agent_obj("a1", bios_uuid=uuid(1)), am
-        )
-        assert deleted(world) == {}, am
+    )
+    plan = world.plan()
+    assert (plan.handovers, plan.creations) == ((), ())
+    assert plan.vms[0].phase is VMPhase.RELEASED
 
 
-def test_an_available_vm_whose_agent_machine_exists_is_not_surplus() -> None:
+def test_a_vm_whose_agent_machine_got_another_agent_is_spare() -> None:
     world = World().add(
         vsphere_agent_obj("am-1", bios_uuid=uuid(1)),
         agent_obj("a1", bios_uuid=uuid(1)),
         agent_machine_obj("am-1", waiting=False, ready=True, agent="x"),
     )
-    assert deleted(world) == {}
+    plan = world.plan()
+    assert (plan.vms[0].phase, plan.vms[0].reason) == (
+        VMPhase.RELEASED,
+        VMReason.AGENT_MACHINE_SERVED,
+    )
+    assert plan.deletions == ()
 
 
 def test_adopted_vms_are_never_surplus() -> None:
@@ -203,7 +232,7 @@ def test_never_delete_a_vm_a_bound_agent_identifies_by_bios_uuid_even_if_not_mat
     plan = world.plan()
     assert plan.deletions == ()
     assert [(d.vm, d.agent) for d in plan.deferrals] == [("vm-am-1", "a1")]
-    assert "Agent a1 is still bound to AgentMachine am-1" in plan.deferrals[0].reason
+    assert f"Agent a1 is still bound to AgentMachine {CPNS}/am-1" in plan.deferrals[0].reason
     assert "BIOS UUID" in plan.deferrals[0].reason
 
 

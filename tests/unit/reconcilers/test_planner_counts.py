@@ -63,10 +63,23 @@ def test_the_deficit_is_agent_machines_without_agent_minus_pending_vms() -> None
         vsphere_agent_obj("am-2", bios_uuid=uuid(2)),
         agent_obj("a2", bios_uuid=uuid(2)),  # Available
     )
+    world.competing = ["twin"]  # nothing is created: the deficit stays
     plan = world.plan()
     assert (plan.counts.pending_owned_vms, plan.counts.demand_deficit) == (2, 1)
     assert plan.actions[0].type is PlannedActionType.DEMAND_DEFICIT
     assert conditions(plan)["CapacitySatisfied"] == ("False", PoolReason.DEMAND_DEFICIT)
+
+
+def test_a_vm_the_plan_creates_is_pending_in_status_but_not_in_the_metrics() -> None:
+    """The status reads as the plan leaves the pool (no flip in the pass that sees the
+    new VsphereAgent); the metrics as the cluster is, so a creation that keeps failing
+    keeps `demand_deficit` above zero and its alert fires."""
+    world = World().add(
+        agent_machine_obj("am-1"), agent_machine_obj("am-2"), vsphere_agent_obj("am-1")
+    )
+    counts = world.plan().counts
+    assert (counts.pending_owned_vms, counts.demand_deficit, counts.creating) == (2, 0, 1)
+    assert (counts.observed_pending, counts.observed_deficit) == (1, 1)
 
 
 def test_capacity_is_provisioning_while_pending_vms_cover_the_waiting_ones() -> None:
@@ -135,7 +148,9 @@ def test_planned_actions_are_capped() -> None:
     world = World()
     for n in range(planner.MAX_PLANNED_ACTIONS + 20):
         world.add(
-            vsphere_agent_obj(f"am-{n}", bios_uuid=uuid(n)), agent_obj(f"a{n}", bios_uuid=uuid(n))
+            agent_machine_obj(f"am-{n}"),
+            vsphere_agent_obj(f"am-{n}", bios_uuid=uuid(n)),
+            agent_obj(f"a{n}", bios_uuid=uuid(n)),
         )
     plan = world.plan()
     assert len(plan.patches) == planner.MAX_PLANNED_ACTIONS + 20

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentforge.api import names
+from agentforge.api.meta import NamespacedName
 from agentforge.reconcilers import matching
 from agentforge.reconcilers.snapshot import (
     AgentFacts,
@@ -27,7 +28,7 @@ from agentforge.reconcilers.snapshot import (
     identity_conflicts,
     vsphere_agent_facts,
 )
-from tests.unit.reconcilers.planner_support import agent_obj, mac, uuid, vsphere_agent_obj
+from tests.unit.reconcilers.planner_support import CPNS, agent_obj, mac, uuid, vsphere_agent_obj
 
 identity = st.one_of(st.none(), st.integers(0, 4))
 vm_names = st.one_of(st.none(), st.sampled_from(["vm-0", "vm-1", "vm-2"]))
@@ -64,6 +65,7 @@ def agents(draw: st.DrawFn) -> list[AgentFacts]:
             hostname=draw(hostnames),
             deleting=draw(st.booleans()),
             cluster=draw(st.sampled_from([None, None, "demo", "other-cluster"])),
+            cluster_namespace=draw(st.sampled_from([CPNS, CPNS, "other-ns", None])),
             labels=draw(
                 st.sampled_from(
                     [{}, {names.LABEL_NODEPOOL: "workers"}, {names.LABEL_NODEPOOL: "other"}]
@@ -163,7 +165,7 @@ def test_eligible_keeps_exactly_the_agents_without_an_exclusion(
         [Claim("other", "x", "vm-1", uuid(n_uuid), None, agent_ref)] if claimed else []
     )
     context: dict[str, Any] = {
-        "hosted_cluster": "demo",
+        "hosted_cluster": NamespacedName(CPNS, "demo"),
         "discriminator": "workers",
         "claims": claims,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from agentforge.api import names
 from tests.unit.reconcilers.planner_support import (
     World,
+    agent_machine_obj,
     agent_obj,
     uuid,
     vsphere_agent_obj,
@@ -17,6 +18,7 @@ def patches(world: World) -> dict[str, dict]:  # type: ignore[type-arg]
 
 def test_an_available_vms_agent_gets_labels_role_hostname_selection_and_approval() -> None:
     world = World().add(
+        agent_machine_obj("am-1"),
         vsphere_agent_obj("am-1", vm_name="demo-worker-1a2b3c4d", bios_uuid=uuid(1)),
         agent_obj("a1", bios_uuid=uuid(1)),
     )
@@ -37,6 +39,7 @@ def test_an_available_vms_agent_gets_labels_role_hostname_selection_and_approval
 
 def test_only_the_fields_that_differ_are_patched() -> None:
     world = World().add(
+        agent_machine_obj("am-1"),
         vsphere_agent_obj("am-1", vm_name="vm-1", bios_uuid=uuid(1)),
         agent_obj(
             "a1",
@@ -58,14 +61,18 @@ def test_only_the_fields_that_differ_are_patched() -> None:
 
 def test_approve_false_never_touches_spec_approved() -> None:
     world = World(agent={"approve": False}).add(
-        vsphere_agent_obj("am-1", bios_uuid=uuid(1)), agent_obj("a1", bios_uuid=uuid(1))
+        agent_machine_obj("am-1"),
+        vsphere_agent_obj("am-1", bios_uuid=uuid(1)),
+        agent_obj("a1", bios_uuid=uuid(1)),
     )
     assert "approved" not in patches(world)["a1"]["spec"]
 
 
 def test_a_discriminator_in_the_pool_labels_is_kept_as_written() -> None:
     world = World(agent={"labels": {"customer": "acme", names.LABEL_NODEPOOL: "blue"}}).add(
-        vsphere_agent_obj("am-1", bios_uuid=uuid(1)), agent_obj("a1", bios_uuid=uuid(1))
+        agent_machine_obj("am-1"),
+        vsphere_agent_obj("am-1", bios_uuid=uuid(1)),
+        agent_obj("a1", bios_uuid=uuid(1)),
     )
     assert patches(world)["a1"]["metadata"]["labels"][names.LABEL_NODEPOOL] == "blue"
 
@@ -105,6 +112,7 @@ def test_agents_not_matched_to_an_owned_vm_are_never_patched() -> None:
 
 def test_a_prepared_agent_needs_no_patch() -> None:
     world = World().add(
+        agent_machine_obj("am-1"),
         vsphere_agent_obj("am-1", vm_name="vm-1", bios_uuid=uuid(1)),
         agent_obj("a1", bios_uuid=uuid(1)),
     )

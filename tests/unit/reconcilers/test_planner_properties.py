@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentforge.api import names
+from agentforge.api.meta import NamespacedName
 from agentforge.reconcilers.snapshot import Claim, agent_facts
 from tests.unit.reconcilers.planner_support import (
+    CPNS,
     World,
     agent_machine_obj,
     agent_obj,
@@ -65,7 +67,8 @@ def agents(draw: st.DrawFn, index: int) -> dict[str, Any]:
         macs=[mac(n_mac)] if n_mac is not None else [],
         hostname=draw(st.sampled_from(["", "vm-0", "vm-1", "vm-am-0", "vm-am-1"])),
         bound_to=draw(st.sampled_from([None, None, "am-0", "am-1"])),
-        cluster=draw(st.sampled_from([None, None, "other-cluster"])),
+        cluster=draw(st.sampled_from([None, None, "other-cluster", "demo"])),
+        cluster_namespace=draw(st.sampled_from([CPNS, "other-ns", None])),
         labels=labels,
         approved=draw(st.booleans()),
         role=draw(st.sampled_from(["", "worker"])),
@@ -133,7 +136,7 @@ def test_each_agent_backs_at_most_one_vm_and_excluded_agents_none(world: World) 
     for name in used + [p.agent for p in plan.patches]:
         facts = agent_facts(world.agents[name])
         assert snapshot.claims.claimant(facts) is None
-        assert facts.cluster_deployment in (None, "demo")
+        assert facts.cluster_deployment in (None, NamespacedName(CPNS, "demo"))
         assert facts.labels.get(names.LABEL_NODEPOOL) in (None, "workers")
 
 

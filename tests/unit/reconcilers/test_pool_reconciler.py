@@ -231,6 +231,7 @@ async def test_retain_deletes_nothing() -> None:
 async def test_the_next_orphan_deadline_is_the_requeue_delay() -> None:
     h = harness(
         pool_obj(),
+        agent_machine_obj("am-1"),
         vsphere_agent_obj("am-1", bios_uuid=uuid(1), created=ago(minutes=10)),
     )
     result = await reconcile(h)

@@ -36,7 +36,9 @@ def test_an_agent_machine_and_its_pool_share_one_index_key() -> None:
 def test_an_agent_belongs_to_its_infra_env_by_label_or_owner() -> None:
     by_owner = agent_obj("a")
     del by_owner["metadata"]["labels"][names.LABEL_INFRAENV]
-    by_owner["metadata"]["ownerReferences"] = [{"kind": "InfraEnv", "name": "other"}]
+    by_owner["metadata"]["ownerReferences"] = [
+        {"apiVersion": kinds.INFRA_ENV.api_version, "kind": "InfraEnv", "name": "other"}
+    ]
     assert indexes.infra_env_of_agent(agent_obj("a")) == "demo"
     assert indexes.infra_env_of_agent(by_owner) == "other"
 

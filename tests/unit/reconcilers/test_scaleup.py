@@ -1,4 +1,8 @@
-"""The `scaleup` reconciler: one pinned AgentMachine and one VsphereAgent per demand."""
+"""The `scaleup` reconciler: the selection label pinned into each waiting AgentMachine.
+
+Which VM serves it (a new VsphereAgent or one handed over) is the pool's decision:
+`test_pool_assignment.py`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ from tests.unit.reconcilers.planner_support import (
     POOL,
     agent_machine_obj,
     pool_obj,
-    vsphere_agent_obj,
 )
 
 AM = "workers-7d9f8-x2x4q"
@@ -23,14 +26,10 @@ async def reconcile(h: Harness, key: ObjectKey = KEY) -> None:
     await scaleup.ScaleUpReconciler(h.deps).reconcile(key)
 
 
-def created(h: Harness) -> list[dict]:  # type: ignore[type-arg]
-    return [c.body for c in h.api.calls if c.verb == "create"]
-
-
-async def test_a_waiting_agent_machine_is_pinned_and_gets_one_vsphere_agent() -> None:
+async def test_a_waiting_agent_machine_is_pinned_and_nothing_else() -> None:
     h = harness(pool_obj(), agent_machine_obj(AM))
     await reconcile(h)
-    pin = h.api.calls[0]
+    (pin,) = h.api.calls
     assert (pin.verb, pin.kind, pin.name) == ("patch", "AgentMachine", AM)
     assert pin.body == {
         "spec": {"agentLabelSelector": {"matchLabels": {names.LABEL_AGENT_MACHINE: AM}}}
@@ -41,73 +40,16 @@ async def test_a_waiting_agent_machine_is_pinned_and_gets_one_vsphere_agent() ->
         "customer": "acme",
         names.LABEL_AGENT_MACHINE: AM,
     }
-    (body,) = created(h)
-    meta = body["metadata"]
-    assert (meta["name"], meta["namespace"]) == (AM, NS)
-    assert meta["labels"] == {
-        names.LABEL_POOL: POOL,
-        names.LABEL_CREATED_FOR: "agent-machine",
-        names.LABEL_AGENT_MACHINE: AM,
-    }
-    assert meta["annotations"][names.ANNOTATION_VM_NAME] == naming.vm_name(
-        name_prefix="demo-worker", namespace=NS, vsphere_agent=AM
-    )
-    (owner,) = meta["ownerReferences"]
-    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
-        "VsphereAgentPool",
-        POOL,
-        "pool-uid",
-        True,
-    )
-    assert owner["blockOwnerDeletion"] is False
-    assert body["spec"] == {"poolRef": {"name": POOL}}
-    assert "VsphereAgentCreated" in h.events.reasons()
+    assert h.events.events == []
 
 
-async def test_reconciling_again_creates_nothing_and_patches_nothing() -> None:
+async def test_reconciling_again_patches_nothing() -> None:
     h = harness(pool_obj(), agent_machine_obj(AM))
     await reconcile(h)
     h.sync()
     h.api.calls.clear()
     await reconcile(h)
     assert h.api.calls == []
-
-
-async def test_a_create_racing_an_existing_object_of_ours_is_not_duplicated() -> None:
-    h = harness(pool_obj(), agent_machine_obj(AM, pinned=AM))
-    h.api.put(vsphere_agent_obj(AM, agent_machine=AM))  # created, but not yet in the cache
-    await reconcile(h)
-    assert [c.verb for c in h.api.calls] == ["create", "get"]
-    assert len([k for k in h.api.objects if k[0] == "VsphereAgent"]) == 1
-
-
-async def test_a_name_held_by_another_pool_moves_to_the_fallback_name() -> None:
-    h = harness(pool_obj(), agent_machine_obj(AM, pinned=AM))
-    h.api.put(vsphere_agent_obj(AM, pool_name="other", agent_machine=AM))
-    await reconcile(h)
-    names_ = [b["metadata"]["name"] for b in created(h)]
-    fallback = naming.vsphere_agent_fallback_name(namespace=NS, pool=POOL, agent_machine=AM)
-    assert names_ == [AM, fallback]
-    assert h.api.find(kinds.VSPHERE_AGENT, NS, fallback) is not None
-
-
-async def test_both_names_taken_is_reported_on_the_agent_machine() -> None:
-    fallback = naming.vsphere_agent_fallback_name(namespace=NS, pool=POOL, agent_machine=AM)
-    h = harness(
-        pool_obj(),
-        agent_machine_obj(AM, pinned=AM),
-        vsphere_agent_obj(AM, pool_name="other"),
-        vsphere_agent_obj(fallback, pool_name="other"),
-    )
-    await reconcile(h)
-    assert created(h) == []
-    (event,) = h.events.events
-    assert (event.kind, event.type, event.reason) == (
-        "AgentMachine",
-        "Warning",
-        "VsphereAgentNameTaken",
-    )
-    assert fallback in event.message
 
 
 async def test_two_matching_pools_are_reported_and_nothing_is_done() -> None:
@@ -121,7 +63,7 @@ async def test_two_matching_pools_are_reported_and_nothing_is_done() -> None:
     assert "delete one of them" in event.message
 
 
-async def test_a_pool_being_deleted_creates_nothing() -> None:
+async def test_a_pool_being_deleted_pins_nothing() -> None:
     deleting = pool_obj()
     deleting["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z"
     h = harness(deleting, agent_machine_obj(AM))
@@ -134,7 +76,8 @@ async def test_a_deleting_twin_leaves_the_live_pool_in_charge() -> None:
     twin["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z"
     h = harness(pool_obj(), twin, agent_machine_obj(AM))
     await reconcile(h)
-    assert [b["metadata"]["labels"][names.LABEL_POOL] for b in created(h)] == [POOL]
+    assert [c.verb for c in h.api.calls] == ["patch"]
+    assert h.events.events == []
 
 
 async def test_agent_machines_that_do_not_wait_are_left_alone() -> None:
@@ -149,40 +92,22 @@ async def test_agent_machines_that_do_not_wait_are_left_alone() -> None:
         assert h.api.calls == [], am
 
 
-async def test_a_vsphere_agent_being_deleted_is_waited_for_not_duplicated() -> None:
-    h = harness(pool_obj(), agent_machine_obj(AM, pinned=AM), vsphere_agent_obj(AM, deleting=True))
-    await reconcile(h)
-    assert h.api.calls == []
-
-
 async def test_a_long_agent_machine_name_is_pinned_with_a_label_safe_value() -> None:
     long_name = "w" * 70
     h = harness(pool_obj(), agent_machine_obj(long_name))
     await reconcile(h, ObjectKey(f"{CPNS}/{long_name}"))
     selection = naming.selection_label_value(agent_machine=long_name)
-    (body,) = created(h)
-    assert body["metadata"]["labels"][names.LABEL_AGENT_MACHINE] == selection
+    (pin,) = h.api.calls
+    assert pin.body["spec"]["agentLabelSelector"]["matchLabels"] == {
+        names.LABEL_AGENT_MACHINE: selection
+    }
     assert len(selection) <= 63
 
 
-def test_watches_map_pools_and_vsphere_agents_to_agent_machines() -> None:
+def test_watches_map_pools_to_their_agent_machines() -> None:
     h = harness(pool_obj(), agent_machine_obj(AM), agent_machine_obj("other", node_pool="x/y"))
-    mappers = scaleup._Mappers(
-        pools=h.informers[kinds.VSPHERE_AGENT_POOL],
-        agent_machines=h.informers[kinds.AGENT_MACHINE],
-    )
+    mappers = scaleup._Mappers(agent_machines=h.informers[kinds.AGENT_MACHINE])
     assert list(mappers.pool(pool_obj())) == [KEY]
-    assert list(mappers.vsphere_agent(vsphere_agent_obj("va", agent_machine=AM))) == [KEY]
-    long_name = "w" * 70
-    h2 = harness(pool_obj(), agent_machine_obj(long_name))
-    mappers2 = scaleup._Mappers(
-        pools=h2.informers[kinds.VSPHERE_AGENT_POOL],
-        agent_machines=h2.informers[kinds.AGENT_MACHINE],
-    )
-    selection = naming.selection_label_value(agent_machine=long_name)
-    assert list(mappers2.vsphere_agent(vsphere_agent_obj("va", agent_machine=selection))) == [
-        ObjectKey(f"{CPNS}/{long_name}")
-    ]
 
 
 def test_the_registry_builds_the_scaleup_and_pool_controllers() -> None:
