@@ -9,7 +9,9 @@ annotation `<pool ns>/<nodePoolRef>`), this controller
    own labels stay), so it binds the Agent of the VM made for it and no other;
 2. creates exactly one VsphereAgent for it: deterministic name (`naming`), labels
    pool / created-for / agent-machine, the VM name annotation, an ownerReference to
-   the pool.
+   the pool, and the `vm` controller's finalizer already set (one write fewer per VM
+   than a later patch; that patch remains for VsphereAgents users create to adopt a
+   VM, and for those an older version created).
 
 Both steps are idempotent across restarts and concurrent events: the cache and the
 index `VSPHERE_AGENTS_BY_AGENT_MACHINE` say whether the VsphereAgent exists; a
@@ -73,6 +75,7 @@ def vsphere_agent_object(*, pool: VsphereAgentPool, name: str, selection: str) -
         "metadata": {
             "name": name,
             "namespace": namespace,
+            "finalizers": [names.FINALIZER_VSPHERE_AGENT],
             "labels": {
                 names.LABEL_POOL: pool.metadata.name,
                 names.LABEL_CREATED_FOR: names.CreatedFor.AGENT_MACHINE.value,

@@ -61,6 +61,8 @@ async def test_a_waiting_agent_machine_is_pinned_and_gets_one_vsphere_agent() ->
     )
     assert owner["blockOwnerDeletion"] is False
     assert body["spec"] == {"poolRef": {"name": POOL}}
+    # created with the vm controller's finalizer: no later patch to add it
+    assert meta["finalizers"] == [names.FINALIZER_VSPHERE_AGENT]
     assert "VsphereAgentCreated" in h.events.reasons()
 
 
