@@ -12,7 +12,9 @@ One reconcile, all reads from the informer cache (0002):
    VsphereAgents' `status.vm` phase fields.
 4. Write the pool status once, only when it differs from the cache (and again only
    when it differs from the fresh object inside `update_status`): a pool in
-   steady state costs no API request at all.
+   steady state costs no API request at all. Condition transitions are written at
+   once; changes of counts, `ownedVMs` and the like at most every few seconds per
+   pool, the last state of a burst always (`status_pacing`).
 5. Events for changed plans, prepared Agents, clean-ups and failures (the recorder
    aggregates repeats): one event per fact, so an Agent preparation is reported by
    `AgentsPrepared` when applied and left out of `Planned`; capacity metrics; requeue
@@ -25,7 +27,6 @@ it requeues quietly. Status writes retry their 409s inside `update_status`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentforge.api import kinds, names, rbac
-from agentforge.api.pool import PlannedActionType, VsphereAgentPool
+from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result
 from agentforge.kube.events import EventType
@@ -41,13 +42,16 @@ from agentforge.kube.store import ObjectKey, split_key
 from agentforge.reconcilers import (
     indexes,
     metrics,
+    plan_reports,
     planner,
     pool_conditions,
     pool_snapshot,
     pool_watches,
+    status_pacing,
 )
 from agentforge.reconcilers import pool_status as status_
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.plan_reports import summary
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +88,6 @@ def _hint(exc: errors.KubeError) -> str:
     return "it is retried with backoff"
 
 
-def _summary(items: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
 class PoolReconciler:
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
@@ -96,6 +95,8 @@ class PoolReconciler:
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._source = pool_snapshot.SnapshotSource(deps)
+        self._pacer = status_pacing.StatusPacer()
+        self._planned = plan_reports.PlannedReports()
 
     # --- the reconcile ---------------------------------------------------------------
 
@@ -104,6 +105,8 @@ class PoolReconciler:
         obj = self._pools.get_by_key(key)
         if obj is None:
             metrics.forget(namespace=namespace or "", pool=name)
+            self._pacer.forget(key)
+            self._planned.forget(key)
             return None
         try:
             pool = VsphereAgentPool.model_validate(obj)
@@ -136,8 +139,11 @@ class PoolReconciler:
             owned_vms=owned if failure is None else self._cached_owned(obj),
             ready=pool_conditions.failed(message=failure) if failure else None,
         )
-        await self._write_status(pool, obj, desired, now=now)
-        await self._report(pool, obj, plan, failure)
+        change = status_.pool_change(obj.get("status"), desired, now=now)
+        paced = self._pacer.delay(key, change, now=now)
+        if change is not status_.Change.NONE and paced is None:
+            await self._write_status(pool, obj, desired, now=now)
+        await self._report(key, obj, plan, failure)
         metrics.record(
             namespace=pool.metadata.namespace,
             pool=pool.metadata.name,
@@ -149,9 +155,10 @@ class PoolReconciler:
         )
         if failure is not None:
             return Result(requeue=True)
+        afters = [paced] if paced is not None else []
         if plan.wake_at is not None:
-            return Result(requeue_after=(plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
-        return None
+            afters.append((plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
+        return Result(requeue_after=min(afters)) if afters else None
 
     # --- applying the plan -------------------------------------------------------------
 
@@ -189,7 +196,7 @@ class PoolReconciler:
                     PoolEvent.AGENTS_PREPARED,
                     f"prepared {len(prepared)} Agent(s) for their VMs (pool labels, role, "
                     f"hostname{', approval' if pool.spec.agent.approve else ''}): "
-                    f"{_summary(prepared)}",
+                    f"{summary(prepared)}",
                 )
         deleted: set[str] = set()
         for deletion in plan.deletions:
@@ -209,7 +216,7 @@ class PoolReconciler:
                 PoolEvent.CLEANUP_STARTED,
                 f"deleting {len(plan.deletions)} VsphereAgent(s) (cleanupPolicy Delete; their "
                 "VMs and unbound Agents follow): "
-                + _summary([f"{d.vsphere_agent} ({d.reason})" for d in plan.deletions]),
+                + summary([f"{d.vsphere_agent} ({d.reason})" for d in plan.deletions]),
             )
         return await self._write_vms(pool, plan, skip=deleted)
 
@@ -250,6 +257,8 @@ class PoolReconciler:
     ) -> None:
         if not status_.pool_would_change(pool_obj.get("status"), desired, now=now):
             return
+        key = ObjectKey(f"{pool.metadata.namespace}/{pool.metadata.name}")
+        self._pacer.wrote(key, now=now)
 
         def mutate(fresh: JsonObj) -> JsonObj | None:
             status = fresh.setdefault("status", {})
@@ -329,7 +338,7 @@ class PoolReconciler:
                 pool_obj,
                 PoolEvent.CLEANUP_STARTED,
                 f"pool deleted: deleting {len(started)} VsphereAgent(s) "
-                f"(cleanupPolicy {pool.spec.cleanup_policy.value}): {_summary(started)}",
+                f"(cleanupPolicy {pool.spec.cleanup_policy.value}): {summary(started)}",
             )
         if remaining:
             desired = status_.DesiredPoolStatus(
@@ -363,29 +372,15 @@ class PoolReconciler:
         )
 
     async def _report(
-        self, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan, failure: str | None
+        self, key: ObjectKey, pool_obj: JsonObj, plan: planner.Plan, failure: str | None
     ) -> None:
         if failure is not None:
-            key = f"{pool.metadata.namespace}/{pool.metadata.name}"
             await self._event(
                 pool_obj, PoolEvent.APPLY_FAILED, f"VsphereAgentPool {key}: {failure}", warning=True
             )
-        # Agent preparations are reported once, when applied (AgentsPrepared); the
-        # Planned event is about everything else, and only when that changed.
-        actions = [a for a in plan.actions if a.type is not PlannedActionType.PATCH_AGENT]
-        previous = [
-            a
-            for a in (pool_obj.get("status") or {}).get("plannedActions") or ()
-            if not (isinstance(a, dict) and a.get("type") == PlannedActionType.PATCH_AGENT.value)
-        ]
-        only_noop = all(a.type is PlannedActionType.NOOP and a.name is None for a in actions)
-        if [status_.action_wire(a) for a in actions] != previous and not only_noop:
-            parts = [f"{a.type.value}/{a.name}" if a.name else a.type.value for a in actions]
-            await self._event(
-                pool_obj,
-                PoolEvent.PLANNED,
-                f"planned {len(actions)} action(s): {_summary(parts)}",
-            )
+        message = self._planned.message(key, plan.actions, pool_obj.get("status"))
+        if message is not None:
+            await self._event(pool_obj, PoolEvent.PLANNED, message)
 
 
 def _vm_mutation(record: planner.VMRecord, where: status_.RefNamespaces) -> Any:
