@@ -52,6 +52,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentforge.api import kinds, names
+from agentforge.kube.events import FLUSH_INTERVAL_S
 from bench.harness import Context, Goal, Section
 from sim.actors import Timings
 from sim.actors.capi import is_bound
@@ -70,7 +71,10 @@ CONTROL_PLANE_NAMESPACE = "clusters-bench-capacity"
 HOSTED_CLUSTER = "bench"
 LEASE_ID = "bench-capacity"
 TIMINGS = Timings(tick=0.5, boot=0.5, install_start=0.5, install=2.0, drain=0.3, reclaim=0.3)
-QUIET_SECONDS = 10.0
+QUIET_SECONDS = FLUSH_INTERVAL_S + 5.0
+"""No request for this long: the operator is done (its Event counts, written at most
+every `FLUSH_INTERVAL_S` while an Event repeats, included)."""
+BUSY_QUIET_SECONDS = 30.0  # no request for this long, and no Agent prepared: stalled
 STALL_SECONDS = 60.0  # no Agent prepared for this long, and the operator quiet: stalled
 PREPARE_WITHIN = 900.0
 SETTLE_WITHIN = 600.0
@@ -340,7 +344,7 @@ async def _wait_prepared(
         now_busy = (await _api(proxy, identity)).busy()
         if now_busy != busy:
             busy, busy_changed = now_busy, now
-        stalled = now - rose >= STALL_SECONDS and now - busy_changed >= 3 * QUIET_SECONDS
+        stalled = now - rose >= STALL_SECONDS and now - busy_changed >= BUSY_QUIET_SECONDS
         if stalled or now - started > PREPARE_WITHIN:
             ctx.step(f"  stalled at {count}/{total} prepared")
             return count, rose

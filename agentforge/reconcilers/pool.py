@@ -17,8 +17,10 @@ One reconcile, all reads from the informer cache (0002):
    pool, the last state of a burst always (`status_pacing`).
 5. Events for changed plans, prepared Agents, clean-ups and failures (the recorder
    aggregates repeats): one event per fact, so an Agent preparation is reported by
-   `AgentsPrepared` when applied and left out of `Planned`; capacity metrics; requeue
-   at the planner's next deadline. Everything else is event driven (`pool_watches`).
+   `AgentsPrepared` and left out of `Planned`; in a burst, preparations are reported
+   together at most every 30 s (`plan_reports`); capacity metrics; requeue at the
+   planner's next deadline, a paced status write or held report. Everything else
+   is event driven (`pool_watches`).
 
 A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
 it requeues quietly. Status writes retry their 409s inside `update_status`.
@@ -97,6 +99,7 @@ class PoolReconciler:
         self._source = pool_snapshot.SnapshotSource(deps)
         self._pacer = status_pacing.StatusPacer()
         self._planned = plan_reports.PlannedReports()
+        self._prepared = plan_reports.PreparedReports()
 
     # --- the reconcile ---------------------------------------------------------------
 
@@ -107,6 +110,7 @@ class PoolReconciler:
             metrics.forget(namespace=namespace or "", pool=name)
             self._pacer.forget(key)
             self._planned.forget(key)
+            self._prepared.forget(key)
             return None
         try:
             pool = VsphereAgentPool.model_validate(obj)
@@ -129,8 +133,9 @@ class PoolReconciler:
         plan = planner.plan(self._source.snapshot(pool, now=now))
         failure: str | None = None
         owned: list[JsonObj] = []
+        prepared: list[str] = []
         try:
-            owned = await self._apply(pool, obj, plan)
+            owned = await self._apply(pool, obj, plan, prepared)
         except _StepFailed as exc:
             failure = str(exc)
         desired = status_.desired_from_plan(
@@ -144,6 +149,15 @@ class PoolReconciler:
         if change is not status_.Change.NONE and paced is None:
             await self._write_status(pool, obj, desired, now=now)
         await self._report(key, obj, plan, failure)
+        reported, held_for = self._prepared.due(key, prepared, now=now, at_once=bool(failure))
+        if reported:
+            approval = ", approval" if pool.spec.agent.approve else ""
+            await self._event(
+                obj,
+                PoolEvent.AGENTS_PREPARED,
+                f"prepared {len(reported)} Agent(s) for their VMs (pool labels, role, "
+                f"hostname{approval}): {summary(reported)}",
+            )
         metrics.record(
             namespace=pool.metadata.namespace,
             pool=pool.metadata.name,
@@ -155,7 +169,7 @@ class PoolReconciler:
         )
         if failure is not None:
             return Result(requeue=True)
-        afters = [paced] if paced is not None else []
+        afters = [t for t in (paced, held_for) if t is not None]
         if plan.wake_at is not None:
             afters.append((plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
         return Result(requeue_after=min(afters)) if afters else None
@@ -175,29 +189,19 @@ class PoolReconciler:
         return True
 
     async def _apply(
-        self, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan
+        self, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan, prepared: list[str]
     ) -> list[JsonObj]:
-        """Run the plan's API calls; return the `ownedVMs` entries of the result."""
+        """Run the plan's API calls; return the `ownedVMs` entries of the result.
+        `prepared` collects the Agents patched, also when a later step fails."""
         namespace = pool.metadata.namespace
-        prepared: list[str] = []
-        try:
-            for patch in plan.patches:
-                if await self._step(
-                    f"patch Agent {namespace}/{patch.agent}",
-                    self._client.patch_merge(
-                        kinds.AGENT, namespace=namespace, name=patch.agent, patch=patch.patch
-                    ),
-                ):
-                    prepared.append(f"{patch.agent} (VM {patch.vm})")
-        finally:
-            if prepared:
-                await self._event(
-                    pool_obj,
-                    PoolEvent.AGENTS_PREPARED,
-                    f"prepared {len(prepared)} Agent(s) for their VMs (pool labels, role, "
-                    f"hostname{', approval' if pool.spec.agent.approve else ''}): "
-                    f"{summary(prepared)}",
-                )
+        for patch in plan.patches:
+            if await self._step(
+                f"patch Agent {namespace}/{patch.agent}",
+                self._client.patch_merge(
+                    kinds.AGENT, namespace=namespace, name=patch.agent, patch=patch.patch
+                ),
+            ):
+                prepared.append(f"{patch.agent} (VM {patch.vm})")
         deleted: set[str] = set()
         for deletion in plan.deletions:
             await self._step(

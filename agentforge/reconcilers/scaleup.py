@@ -35,7 +35,7 @@ from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey, key_for
-from agentforge.reconcilers import indexes, naming
+from agentforge.reconcilers import event_groups, indexes, naming
 from agentforge.reconcilers.deps import Deps
 
 log = logging.getLogger(__name__)
@@ -203,6 +203,9 @@ class ScaleUpReconciler:
             vm = body["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
             await self._deps.events.record(
                 am_obj,
+                group=event_groups.pool_ref(
+                    namespace=namespace, name=pool_name, uid=pool.metadata.uid
+                ),  # a burst's 4th and later: combined onto the pool (`event_groups`)
                 type=EventType.NORMAL,
                 reason=ScaleUpEvent.VSPHERE_AGENT_CREATED,
                 message=f"created VsphereAgent {namespace}/{name} (VM {vm}) of pool "

@@ -33,7 +33,7 @@ from agentforge.reconcilers.pool_status import Change
 
 __all__ = ["ROUTINE_STATUS_INTERVAL_S", "StatusPacer"]
 
-ROUTINE_STATUS_INTERVAL_S: Final = 5.0
+ROUTINE_STATUS_INTERVAL_S: Final = 10.0
 """How often at most a pool's status is written for routine changes alone."""
 
 

@@ -1,4 +1,5 @@
-"""Pool status writes paced: transitions at once, routine changes at most once per interval."""
+"""Pool status writes paced (transitions at once, routine changes at most once per interval)
+and the pool's reports held in a burst."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from datetime import datetime, timedelta
 from agentforge.api import kinds, names
 from agentforge.api.conditions import ConditionStatus, PoolConditionType
 from agentforge.kube.controller import Result
+from agentforge.kube.events import FLUSH_INTERVAL_S
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import pool, pool_status, status_pacing
+from agentforge.reconcilers import plan_reports, pool, pool_status, status_pacing
 from agentforge.reconcilers.pool_conditions import ConditionDecision
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
@@ -201,3 +203,58 @@ def test_pool_change_tells_transitions_from_routine_changes() -> None:
     assert pool_status.pool_change(status, flipped, now=NOW) is pool_status.Change.TRANSITION
     newer = dataclasses.replace(base, generation=3)
     assert pool_status.pool_change(status, newer, now=NOW) is pool_status.Change.TRANSITION
+
+
+async def test_agents_prepared_in_a_burst_are_reported_together() -> None:
+    h = harness(
+        pool_obj(),
+        infra_env_obj(),
+        agent_machine_obj("am-1"),
+        machine_obj("am-1"),
+        vsphere_agent_obj("am-1", vm_name="vm-1", bios_uuid=uuid(1), created=ago(minutes=5)),
+        agent_obj("a1", bios_uuid=uuid(1)),
+    )
+    clock = Clock()
+    reconciler = pool.PoolReconciler(dataclasses.replace(h.deps, now=clock))
+    await reconciler.reconcile(KEY)  # the first preparation: reported at once
+    h.sync()
+    assert [e.message for e in h.events.events if e.reason == "AgentsPrepared"] == [
+        "prepared 1 Agent(s) for their VMs (pool labels, role, hostname, approval): a1 (VM vm-1)"
+    ]
+    for i in (2, 3):
+        clock.advance(5.0)
+        h.api.put(
+            agent_machine_obj(f"am-{i}"),
+            machine_obj(f"am-{i}"),
+            vsphere_agent_obj(f"am-{i}", vm_name=f"vm-{i}", bios_uuid=uuid(i),
+                              created=ago(minutes=5)),
+            agent_obj(f"a{i}", bios_uuid=uuid(i)),
+        )  # fmt: skip
+        h.sync()
+        result = await reconciler.reconcile(KEY)
+        h.sync()
+        assert result is not None
+        assert result.requeue_after is not None
+        assert result.requeue_after <= FLUSH_INTERVAL_S - 5.0 * (i - 1)
+        assert h.api.find(kinds.AGENT, NS, f"a{i}")["spec"]["approved"]  # type: ignore[index]
+    assert len([e for e in h.events.events if e.reason == "AgentsPrepared"]) == 1  # held
+
+    clock.advance(FLUSH_INTERVAL_S - 10.0)
+    await reconciler.reconcile(KEY)
+    assert [e.message for e in h.events.events if e.reason == "AgentsPrepared"][1:] == [
+        "prepared 2 Agent(s) for their VMs (pool labels, role, hostname, approval): "
+        "a2 (VM vm-2), a3 (VM vm-3)"
+    ]
+
+
+def test_prepared_reports_hold_a_burst_and_report_a_failure_at_once() -> None:
+    reports = plan_reports.PreparedReports(interval=30.0)
+    key = ObjectKey("ns/p")
+    assert reports.due(key, [], now=NOW) == ([], None)
+    assert reports.due(key, ["a1"], now=NOW) == (["a1"], None)
+    later = NOW + timedelta(seconds=10)
+    assert reports.due(key, ["a2"], now=later) == ([], 20.0)
+    assert reports.due(key, [], now=later, at_once=True) == (["a2"], None)
+    assert reports.due(key, ["a3"], now=later + timedelta(seconds=30)) == (["a3"], None)
+    reports.forget(key)
+    assert reports.due(key, ["a4"], now=later) == (["a4"], None)

@@ -63,7 +63,13 @@ async def test_a_waiting_agent_machine_is_pinned_and_gets_one_vsphere_agent() ->
     assert body["spec"] == {"poolRef": {"name": POOL}}
     # created with the vm controller's finalizer: no later patch to add it
     assert meta["finalizers"] == [names.FINALIZER_VSPHERE_AGENT]
-    assert "VsphereAgentCreated" in h.events.reasons()
+    (created_event,) = h.events.events
+    assert created_event.reason == "VsphereAgentCreated"
+    assert (created_event.kind, created_event.name) == ("AgentMachine", AM)
+    # a burst's later ones are combined onto the pool (the recorder's groups)
+    assert created_event.group is not None
+    assert created_event.group["kind"] == "VsphereAgentPool"
+    assert created_event.group["metadata"] == {"namespace": NS, "name": POOL, "uid": "pool-uid"}
 
 
 async def test_reconciling_again_creates_nothing_and_patches_nothing() -> None:
