@@ -205,7 +205,7 @@ class ScaleUpReconciler:
                 am_obj,
                 group=event_groups.pool_ref(
                     namespace=namespace, name=pool_name, uid=pool.metadata.uid
-                ),  # a burst's 4th and later: combined onto the pool (`event_groups`)
+                ),  # in a burst, all but the first: combined onto the pool
                 type=EventType.NORMAL,
                 reason=ScaleUpEvent.VSPHERE_AGENT_CREATED,
                 message=f"created VsphereAgent {namespace}/{name} (VM {vm}) of pool "
