@@ -11,13 +11,15 @@ What one operator process promises:
   won replays every cached object to them, so each is reconciled once by the new
   leader. With `--leader-elect=false` they run at once.
 * SIGTERM / SIGINT: stop handing out work, let reconciles in flight finish (at most
-  `DRAIN_TIMEOUT`), release the Lease so a standby takes over at its next retry,
+  `DRAIN_TIMEOUT`), write the event counts held for a batched write (at most
+  `EVENT_FLUSH_TIMEOUT`), release the Lease so a standby takes over at its next retry,
   stop informers and servers, close the clients (vCenter logouts bounded), exit 0.
   Whatever vCenter does, the process is gone within `shutdown.SHUTDOWN_TIMEOUT_S`
   of the signal: worker threads still blocked on a vCenter socket are not waited
   for, and a deadline armed at the signal ends the process if a step hangs.
 * Losing the Lease (renewal failed for the renew deadline) cancels reconciles at
-  once, does not touch the Lease, and exits 1 so the pod restarts as a standby; a
+  once, writes nothing more (held event counts are dropped), does not touch the
+  Lease, and exits 1 so the pod restarts as a standby; a
   crashed informer or controller also exits 1. A configuration that cannot be
   loaded (no kubeconfig, unusable credentials) exits 2.
 """
@@ -45,7 +47,7 @@ from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import registry
+from agentforge.reconcilers import event_groups, registry
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.secret_source import SecretCredentials
 from agentforge.settings import Settings
@@ -65,6 +67,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FATAL, EXIT_CONFIG = 0, 1, 2
 DRAIN_TIMEOUT = 5.0  # seconds reconciles in flight get to finish at shutdown
+EVENT_FLUSH_TIMEOUT = 3.0  # seconds the batched event counts get to be written at shutdown
 # Objects per LIST page. client-go's 500 costs ~25 MB of RSS for good: a page of 500
 # full Agents (~5 KB of JSON each) is parsed at once, and the freed memory stays
 # fragmented around the trimmed objects kept from it (bench/bench_memory.py).
@@ -306,11 +309,19 @@ async def _start(
         client=client, refresh_interval=settings.credentials_refresh_interval.total_seconds()
     )
     stack.push_async_callback(credentials.close)
+    events = EventRecorder(
+        client=client,
+        component=COMPONENT,
+        host=socket.gethostname(),
+        group_of=event_groups.pool_of,
+    )
+    events.start()
+    stack.push_async_callback(events.close)  # what a clean shutdown did not flush is dropped
     runtime = Runtime(
         settings=settings,
         client=client,
         informers=informers,
-        events=EventRecorder(client=client, component=COMPONENT, host=socket.gethostname()),
+        events=events,
         vsphere=sessions,
         credentials=credentials,
         iso=iso,
@@ -433,8 +444,10 @@ async def _lead_and_work(
     ended = await _first(stop=stop, watched={**background, **work})
     if not ended:
         await _drain(controllers)  # SIGTERM: finish what is in flight first
+        await _flush_events(runtime.events)
     await _cancel_all(work)
     if ended:
+        await runtime.events.close()  # no write after the Lease is lost
         if elector is not None and not elector.is_leader:
             log.error("lost the leader lease: stopped all work, exiting")
         else:
@@ -444,6 +457,15 @@ async def _lead_and_work(
         await _cancel_all({renewing: "leader election"})
         await elector.release()
     return EXIT_OK
+
+
+async def _flush_events(events: EventRecorder) -> None:
+    """Write the event counts still held for a batched write (bounded: best effort)."""
+    try:
+        async with asyncio.timeout(EVENT_FLUSH_TIMEOUT):
+            await events.flush()
+    except TimeoutError:
+        log.warning("could not write %d pending event count(s) in time", events.pending)
 
 
 async def _drain(controllers: Sequence[Controller]) -> None:

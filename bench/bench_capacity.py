@@ -52,6 +52,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentforge.api import kinds, names
+from agentforge.kube.events import FLUSH_INTERVAL_S
 from bench.harness import Context, Goal, Section
 from sim.actors import Timings
 from sim.actors.capi import is_bound
@@ -70,7 +71,10 @@ CONTROL_PLANE_NAMESPACE = "clusters-bench-capacity"
 HOSTED_CLUSTER = "bench"
 LEASE_ID = "bench-capacity"
 TIMINGS = Timings(tick=0.5, boot=0.5, install_start=0.5, install=2.0, drain=0.3, reclaim=0.3)
-QUIET_SECONDS = 10.0
+QUIET_SECONDS = FLUSH_INTERVAL_S + 5.0
+"""No request for this long: the operator is done (its Event counts, written at most
+every `FLUSH_INTERVAL_S` while an Event repeats, included)."""
+BUSY_QUIET_SECONDS = 30.0  # no request for this long, and no Agent prepared: stalled
 STALL_SECONDS = 60.0  # no Agent prepared for this long, and the operator quiet: stalled
 PREPARE_WITHIN = 900.0
 SETTLE_WITHIN = 600.0
@@ -78,12 +82,10 @@ GO_GOVC_CALLS_PER_VM = 9  # the Go operator: one govc process, one fresh login p
 DEFAULT_CHECK_INTERVAL = timedelta(minutes=10)
 
 LEASES = "leases.coordination.k8s.io"
-VSPHERE_AGENTS = f"{kinds.VSPHERE_AGENT.plural}.{names.GROUP}"
-POOLS_RESOURCE = f"{kinds.VSPHERE_AGENT_POOL.plural}.{names.GROUP}"
-EVENTS = "events"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 READ_VERBS = ("get", "list")
 POOL_LABEL = "agent-pool"  # World.nodepool_labels: the NodePool's agentLabelSelector
+COMPONENT = "agent-forge"  # the operator's Events' source.component
 
 
 # --- counting ---------------------------------------------------------------------------
@@ -132,12 +134,15 @@ class ApiCount:
         """Every request but watches and the Lease (what 'the operator is quiet' means)."""
         return self.writes + self.reads
 
-    def breakdown(self, verbs: tuple[str, ...]) -> str:
-        rows = sorted(
-            ((f"{v} {r}", n) for (v, r), n in self.by.items() if v in verbs and r != LEASES),
-            key=lambda item: (-item[1], item[0]),
+    def rows(self, verbs: tuple[str, ...]) -> list[tuple[str, str, int]]:
+        """(verb, resource, n) of `verbs`, Lease aside, most first."""
+        return sorted(
+            ((v, r, n) for (v, r), n in self.by.items() if v in verbs and r != LEASES),
+            key=lambda item: (-item[2], item[0], item[1]),
         )
-        return ", ".join(f"{k} {n:,}" for k, n in rows) or "none"
+
+    def breakdown(self, verbs: tuple[str, ...]) -> str:
+        return ", ".join(f"{v} {r} {n:,}" for v, r, n in self.rows(verbs)) or "none"
 
 
 async def _api(proxy: ProxyControl, identity: str) -> ApiCount:
@@ -339,7 +344,7 @@ async def _wait_prepared(
         now_busy = (await _api(proxy, identity)).busy()
         if now_busy != busy:
             busy, busy_changed = now_busy, now
-        stalled = now - rose >= STALL_SECONDS and now - busy_changed >= 3 * QUIET_SECONDS
+        stalled = now - rose >= STALL_SECONDS and now - busy_changed >= BUSY_QUIET_SECONDS
         if stalled or now - started > PREPARE_WITHIN:
             ctx.step(f"  stalled at {count}/{total} prepared")
             return count, rose
@@ -508,6 +513,7 @@ async def run(ctx: Context) -> Section:
         vs1 = prepared.vsphere - start.vsphere
         trailing = (prepared.api - at_prepared.api).writes
         stuck = await _stuck(world) if ready < vms else []
+        events1 = await _events(world)
 
         # 2. bind and install ---------------------------------------------------------
         ctx.step("CAPI binds, the Assisted Installer installs")
@@ -592,12 +598,8 @@ async def run(ctx: Context) -> Section:
         if n or verb != "deletecollection":
             section.add(f"  {verb}", n, "writes")
     section.add("  of which answered 409 Conflict", sum(phase1.conflicts.values()), "writes")
-    for what, key in (
-        ("VsphereAgent status updates per VM", ("update", f"{VSPHERE_AGENTS}/status")),
-        ("pool status updates per VM", ("update", f"{POOLS_RESOURCE}/status")),
-        ("Events created per VM", ("create", EVENTS)),
-    ):
-        section.add(f"  {what}", phase1.by[key] / vms, "writes")
+    for verb, resource, n in phase1.rows(WRITE_VERBS):
+        section.add(f"  per VM: {verb} {_short(resource)}", n / vms, "writes")
     section.add("API reads outside watches (get + list)", phase1.reads, "reads")
     section.add(
         "bind + install after prepared: wall",
@@ -662,6 +664,8 @@ async def run(ctx: Context) -> Section:
         ),
         f"Zero to prepared, API writes by resource: {phase1.breakdown(WRITE_VERBS)}; "
         f"409 Conflicts: {_conflicts(phase1)}.",
+        f"Zero to prepared, the Events the operator wrote by involved kind and reason "
+        f"(objects; the summed count where repeats were counted): {events1.summary()}.",
         f"Zero to prepared, API reads outside watches: {phase1.breakdown(READ_VERBS)}; "
         f"watch requests opened: {phase1.watches}; Lease requests: {phase1.lease}.",
         f"Zero to prepared, vSphere requests: {vs1.breakdown()}. The Assisted Installer's "
@@ -715,6 +719,47 @@ async def run(ctx: Context) -> Section:
     if problems:
         section.notes.append(f"The simulated world saw problems: {problems[:5]}.")
     return section
+
+
+def _short(resource: str) -> str:
+    """`vsphereagents.agent-forge.containeroo.ch/status` -> `vsphereagents/status`."""
+    name, _, sub = resource.partition("/")
+    return name.split(".", 1)[0] + (f"/{sub}" if sub else "")
+
+
+@dataclass(slots=True)
+class EventCensus:
+    """The Events the operator wrote, by (involved kind, reason): objects and their counts."""
+
+    objects: Counter[tuple[str, str]] = field(default_factory=Counter)
+    occurrences: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        rows = sorted(self.objects.items(), key=lambda item: (-item[1], item[0]))
+        return (
+            ", ".join(
+                f"{kind} {reason} {n:,}"
+                + (
+                    f" (count {self.occurrences[(kind, reason)]:,})"
+                    if self.occurrences[(kind, reason)] != n
+                    else ""
+                )
+                for (kind, reason), n in rows
+            )
+            or "none"
+        )
+
+
+async def _events(world: World) -> EventCensus:
+    census = EventCensus()
+    for namespace in (world.namespace, world.control_plane_namespace):
+        for event in (await world.client.list(kinds.EVENT, namespace=namespace)).items:
+            if (event.get("source") or {}).get("component") != COMPONENT:
+                continue
+            key = (str((event.get("involvedObject") or {}).get("kind")), str(event.get("reason")))
+            census.objects[key] += 1
+            census.occurrences[key] += int(event.get("count") or 1)
+    return census
 
 
 def _conflicts(count: ApiCount) -> str:

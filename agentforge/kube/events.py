@@ -1,50 +1,67 @@
-"""Kubernetes Events (core/v1) about our objects, aggregated and rate-limited.
+"""Kubernetes Events (core/v1) about our objects: correlated as client-go does, repeats batched.
 
-Promises (client-go `tools/record`, simplified):
+Promises:
 
-* **Aggregation**: the same (involved object, type, reason, message) recorded again
-  within `window` seconds bumps `count` and `lastTimestamp` of the Event already
-  written (a merge patch) instead of creating another. If that Event is gone
-  (expired by the apiserver's TTL) a new one is created.
-* **Spam filter**: a token bucket per involved object (default burst 25, then one
-  per 5 minutes, as client-go) so a hot reconcile loop cannot flood the API.
-  Dropped events are logged at debug level.
+* **client-go's correlator** (`event_correlator`): similar events (one object, type
+  and reason, different messages) are combined after 9 distinct messages within
+  10 minutes; identical events are one Event whose `count` and `lastTimestamp`
+  grow; a spam filter per object and type (burst 25, then one per 5 minutes) on
+  the creation of new Events.
+* **Groups**: the caller (or the `group_of` policy given at construction) may name
+  a group object for an event, e.g. the pool of a VsphereAgent. In a burst (events
+  of one reason less than a minute apart) the first object of a group keeps its
+  own event; the others are counted onto one `(combined from similar events)`
+  event on the group. Only reasons whose facts the objects also show (a
+  condition, a label) are grouped.
+* **A new Event is created at once; repeats are batched.** A repeat of an Event
+  written less than `flush_interval` (30 s) ago is counted in memory and written
+  as one merge patch (`count`, `lastTimestamp`, the latest message) when that
+  interval has passed; an isolated repeat is written at once. So a hot loop or a
+  burst of similar events costs one write per Event per 30 s, not one per
+  occurrence. The writes are made by one flusher task: for the recorder's life
+  after `start()` (the app's), else only while something is pending. `flush()`
+  writes everything pending now (a clean shutdown does), `close()` drops it (a
+  lost Lease must not write). A patch that finds the Event gone (the apiserver's
+  TTL) creates a new one with the count.
 * **Never raises** into the caller: recording is best effort; failures are logged.
   (`asyncio.CancelledError` still propagates: cancellation is not a failure.)
 * **Plain text**: messages are cut to 1 KiB and pass the same redaction as log lines
   (`agentforge.redaction.redact`: URL passwords and API keys, bearer tokens,
   `password=`/`token:` values, JWTs), which leaves ordinary words alone.
-
-`record` awaits the API write rather than spawning a task, so no background work
-outlives its caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
 import itertools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from agentforge import redaction
 from agentforge.api.kinds import EVENT, Kind
 from agentforge.kube import errors
-from agentforge.kube.ratelimit import Clock, TokenBucket
+from agentforge.kube.event_correlator import Correlated, Correlator, Involved, Lru
+from agentforge.kube.ratelimit import Clock
 
-__all__ = ["EventRecorder", "EventType", "scrub"]
+__all__ = ["FLUSH_INTERVAL_S", "EventRecorder", "EventType", "GroupOf", "scrub"]
 
 log = logging.getLogger(__name__)
 
 JsonObj = dict[str, Any]
 
 MAX_MESSAGE = 1024
+FLUSH_INTERVAL_S: Final = 30.0
+"""At most one write per Event per this many seconds while it repeats."""
+
+GroupOf = Callable[[Mapping[str, Any], str, str], Mapping[str, Any] | None]
+"""(object, type, reason) -> the group object its event may be combined onto, or None."""
 
 
 class EventType(StrEnum):
@@ -87,15 +104,25 @@ def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
 @dataclass(slots=True)
-class _Written:
+class _Logged:
+    """One Event as written, and the occurrences since (client-go's `eventLog`)."""
+
+    correlated: Correlated
+    type: str
+    reason: str
     name: str
-    namespace: str
     count: int
-    seen_at: float
-
-
-_AggregationKey = tuple[str, str, str, str, str, str]
+    """Occurrences so far, written or not."""
+    written: int
+    """The count the API server holds."""
+    written_message: str
+    last_timestamp: str
+    written_at: float
 
 
 class EventRecorder:
@@ -107,30 +134,45 @@ class EventRecorder:
         client: EventWriter,
         component: str,
         host: str = "",
-        window: float = 600.0,
+        flush_interval: float = FLUSH_INTERVAL_S,
+        group_of: GroupOf | None = None,
         burst: int = 25,
         refill_per_second: float = 1.0 / 300.0,
+        group_threshold: int = 1,
+        group_interval: float = 60.0,
         cache_size: int = 4096,
-        clock: Clock = time.monotonic,
+        clock: Clock = _loop_time,
         wall_clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self._client = client
         self._component = component
         self._host = host
-        self._window = window
-        self._burst = burst
-        self._refill = refill_per_second
-        self._cache_size = cache_size
+        self._flush_interval = flush_interval
+        self._group_of = group_of
         self._clock = clock
         self._wall_clock = wall_clock
-        self._written: collections.OrderedDict[_AggregationKey, _Written] = (
-            collections.OrderedDict()
+        self._correlator = Correlator(
+            clock=clock,
+            spam_burst=burst,
+            spam_refill_per_second=refill_per_second,
+            group_threshold=group_threshold,
+            group_interval=group_interval,
+            cache_size=cache_size,
         )
-        self._buckets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
-        self._locks: weakref.WeakValueDictionary[_AggregationKey, asyncio.Lock] = (
+        self._logged: Lru[tuple[Hashable, ...], _Logged] = Lru(cache_size)
+        self._due: dict[tuple[Hashable, ...], float] = {}
+        self._locks: weakref.WeakValueDictionary[tuple[Hashable, ...], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._flusher: asyncio.Task[None] | None = None
+        self._persistent = False
+        self._wake = asyncio.Event()
         self._sequence = itertools.count()
+
+    @property
+    def pending(self) -> int:
+        """Events with occurrences counted but not written yet."""
+        return len(self._due)
 
     async def record(
         self,
@@ -139,98 +181,206 @@ class EventRecorder:
         type: EventType,
         reason: str,
         message: str,
+        group: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record an Event about `obj` (a full object or at least its identity fields)."""
+        """Record an Event about `obj` (a full object or at least its identity fields);
+        `group`: the object it may be combined onto (else the `group_of` policy's)."""
         try:
-            await self._record(obj, type=type, reason=reason, message=scrub(message))
+            if group is None and self._group_of is not None:
+                group = self._group_of(obj, str(type), reason)
+            correlated = self._correlator.correlate(
+                Involved.of(obj),
+                type=str(type),
+                reason=reason,
+                message=scrub(message),
+                group=Involved.of(group) if group is not None else None,
+            )
+            await self._observe(correlated, type=str(type), reason=reason)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - best effort: never fail a reconcile
             log.warning(
-                "could not record event %s/%s about %s: %s",
-                type,
-                reason,
-                _describe(obj),
-                exc,
+                "could not record event %s/%s about %s: %s", type, reason, _describe(obj), exc
             )
 
-    async def _record(
-        self, obj: Mapping[str, Any], *, type: EventType, reason: str, message: str
-    ) -> None:
-        meta = obj.get("metadata") or {}
-        involved = {
-            "apiVersion": obj.get("apiVersion", ""),
-            "kind": obj.get("kind", ""),
-            "name": meta.get("name", ""),
-            "namespace": meta.get("namespace", ""),
-            "uid": meta.get("uid", ""),
-        }
-        if meta.get("resourceVersion"):
-            involved["resourceVersion"] = meta["resourceVersion"]
-        identity = involved["uid"] or "/".join(
-            (involved["kind"], involved["namespace"], involved["name"])
-        )
-        if not self._allow(identity):
-            log.debug("event %s about %s dropped by the spam filter", reason, _describe(obj))
-            return
-        key: _AggregationKey = (identity, involved["kind"], involved["name"], type, reason, message)
+    def start(self) -> None:
+        """Run the flusher for the recorder's life, from now (without this, one is
+        started when something is pending, and ends when nothing is)."""
+        if self._flusher is None or self._flusher.done():
+            self._persistent = True
+            self._flusher = asyncio.create_task(self._flush_loop(), name="event flusher")
+
+    async def flush(self) -> None:
+        """Write every counted occurrence now (a clean shutdown does this)."""
+        if not self._persistent:
+            await self._stop_flusher()
+        for key in list(self._due):
+            await self._write_pending(key)
+
+    async def close(self) -> None:
+        """Stop the flusher; what is pending is dropped."""
+        self._persistent = False
+        await self._stop_flusher()
+        if self._due:
+            log.debug("dropping the counts of %d pending event(s)", len(self._due))
+        self._due.clear()
+
+    async def _stop_flusher(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+
+    # --- one occurrence ------------------------------------------------------------------
+
+    def _lock(self, key: tuple[Hashable, ...]) -> asyncio.Lock:
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
-        async with lock:
-            now_mono = self._clock()
-            now = _rfc3339(self._wall_clock())
-            written = self._written.get(key)
-            if written is not None and now_mono - written.seen_at <= self._window:
-                try:
-                    await self._client.patch_merge(
-                        EVENT,
-                        namespace=written.namespace,
-                        name=written.name,
-                        patch={"count": written.count + 1, "lastTimestamp": now},
-                    )
-                except errors.NotFound:
-                    pass  # expired by the apiserver's TTL: write a fresh one below
-                else:
-                    written.count += 1
-                    written.seen_at = now_mono
-                    self._written.move_to_end(key)
-                    return
-            namespace = involved["namespace"] or "default"
-            name = f"{involved['name'] or 'event'}.{time.time_ns():x}{next(self._sequence):x}"
-            event = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": namespace},
-                "involvedObject": {k: v for k, v in involved.items() if v},
-                "type": str(type),
-                "reason": reason,
-                "message": message,
-                "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": {
-                    "component": self._component,
-                    **({"host": self._host} if self._host else {}),
-                },
-                "reportingComponent": self._component,
-                "reportingInstance": self._host or self._component,
-            }
-            await self._client.create(EVENT, event, namespace=namespace)
-            self._written[key] = _Written(name=name, namespace=namespace, count=1, seen_at=now_mono)
-            self._written.move_to_end(key)
-            while len(self._written) > self._cache_size:
-                self._written.popitem(last=False)
+        return lock
 
-    def _allow(self, identity: str) -> bool:
-        bucket = self._buckets.get(identity)
-        if bucket is None:
-            bucket = TokenBucket(rate=self._refill, burst=self._burst, clock=self._clock)
-            self._buckets[identity] = bucket
-            while len(self._buckets) > self._cache_size:
-                self._buckets.popitem(last=False)
-        self._buckets.move_to_end(identity)
-        return bucket.try_take()
+    async def _observe(self, correlated: Correlated, *, type: str, reason: str) -> None:
+        key = correlated.key
+        async with self._lock(key):
+            stamp = _rfc3339(self._wall_clock())
+            logged = self._logged.get(key)
+            if logged is None:
+                if not self._correlator.allow(correlated.involved, type):
+                    log.debug(
+                        "event %s about %s %s/%s dropped by the spam filter",
+                        reason,
+                        correlated.involved.kind,
+                        correlated.involved.namespace,
+                        correlated.involved.name,
+                    )
+                    return
+                name = await self._create(correlated, type=type, reason=reason, count=1, at=stamp)
+                self._logged.put(
+                    key,
+                    _Logged(
+                        correlated=correlated,
+                        type=type,
+                        reason=reason,
+                        name=name,
+                        count=1,
+                        written=1,
+                        written_message=correlated.message,
+                        last_timestamp=stamp,
+                        written_at=self._clock(),
+                    ),
+                )
+                return
+            logged.count += 1
+            logged.correlated = correlated
+            logged.last_timestamp = stamp
+            due = logged.written_at + self._flush_interval
+            if self._clock() >= due and key not in self._due:
+                await self._write(key, logged)
+            else:
+                self._schedule(key, due)
+
+    async def _create(
+        self, correlated: Correlated, *, type: str, reason: str, count: int, at: str
+    ) -> str:
+        involved = correlated.involved
+        namespace = involved.namespace or "default"
+        name = f"{involved.name or 'event'}.{time.time_ns():x}{next(self._sequence):x}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved.ref(),
+            "type": type,
+            "reason": reason,
+            "message": correlated.message,
+            "count": count,
+            "firstTimestamp": at,
+            "lastTimestamp": at,
+            "source": {
+                "component": self._component,
+                **({"host": self._host} if self._host else {}),
+            },
+            "reportingComponent": self._component,
+            "reportingInstance": self._host or self._component,
+        }
+        await self._client.create(EVENT, event, namespace=namespace)
+        return name
+
+    async def _write(self, key: tuple[Hashable, ...], logged: _Logged) -> None:
+        """The counted occurrences as one patch (a create when the Event is gone)."""
+        patch: JsonObj = {"count": logged.count, "lastTimestamp": logged.last_timestamp}
+        message = logged.correlated.message
+        if message != logged.written_message:
+            patch["message"] = message
+        namespace = logged.correlated.involved.namespace or "default"
+        try:
+            await self._client.patch_merge(
+                EVENT, namespace=namespace, name=logged.name, patch=patch
+            )
+        except errors.NotFound:  # expired by the apiserver's TTL: a fresh one, counted
+            logged.name = await self._create(
+                logged.correlated,
+                type=logged.type,
+                reason=logged.reason,
+                count=logged.count,
+                at=logged.last_timestamp,
+            )
+        logged.written = logged.count
+        logged.written_message = message
+        logged.written_at = self._clock()
+        self._due.pop(key, None)
+
+    async def _write_pending(self, key: tuple[Hashable, ...]) -> None:
+        """Write what is counted for `key` (it leaves the pending set, written or not)."""
+        async with self._lock(key):
+            logged = self._logged.get(key)
+            if logged is None or logged.written >= logged.count:
+                self._due.pop(key, None)
+                return
+            try:
+                await self._write(key, logged)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - best effort, as `record`
+                self._due.pop(key, None)  # the next occurrence writes the count again
+                involved = logged.correlated.involved
+                log.warning(
+                    "could not record event %s/%s about %s %s/%s: %s",
+                    logged.type,
+                    logged.reason,
+                    involved.kind,
+                    involved.namespace,
+                    involved.name,
+                    exc,
+                )
+
+    # --- the flusher -----------------------------------------------------------------
+
+    def _schedule(self, key: tuple[Hashable, ...], due: float) -> None:
+        if key in self._due and self._due[key] <= due:
+            return
+        self._due[key] = due
+        self._wake.set()
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_loop(), name="event flusher")
+
+    async def _flush_loop(self) -> None:
+        while self._due or self._persistent:
+            if not self._due:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = self._clock()
+            ready = [key for key, due in self._due.items() if due <= now]
+            if not ready:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):  # (no helper task, unlike wait_for)
+                    async with asyncio.timeout(min(self._due.values()) - now):
+                        await self._wake.wait()
+                continue
+            for key in ready:
+                await self._write_pending(key)
 
 
 def _describe(obj: Mapping[str, Any]) -> str:

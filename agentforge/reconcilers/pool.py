@@ -14,12 +14,15 @@ One reconcile, all reads from the informer cache (0002):
    of AgentMachines no VM can serve.
 5. Write the pool status once, only when it differs from the cache (and again only
    when it differs from the fresh object inside `update_status`): a pool in
-   steady state costs no API request at all.
+   steady state costs no API request at all. Condition transitions are written at
+   once; changes of counts, `ownedVMs` and the like at most every few seconds per
+   pool, the last state of a burst always (`status_pacing`).
 6. Events for changed plans, prepared Agents, clean-ups, hand-overs, creations and
    failures (the recorder aggregates repeats): one event per fact, so an Agent
-   preparation is reported by `AgentsPrepared` when applied and left out of
-   `Planned`; capacity metrics; requeue at the planner's next deadline. Everything
-   else is event driven (`pool_watches`).
+   preparation is reported by `AgentsPrepared` and left out of `Planned`; in a burst,
+   preparations are reported together at most every 30 s (`plan_reports`); capacity
+   metrics; requeue at the planner's next deadline, a paced status write or held
+   report. Everything else is event driven (`pool_watches`).
 
 A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
 it requeues quietly. Status writes retry their 409s inside `update_status`.
@@ -34,7 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentforge.api import kinds, names, rbac
-from agentforge.api.pool import PlannedActionType, VsphereAgentPool
+from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result
 from agentforge.kube.events import EventType
@@ -42,14 +45,17 @@ from agentforge.kube.store import ObjectKey, split_key
 from agentforge.reconcilers import (
     indexes,
     metrics,
+    plan_reports,
     planner,
     pool_apply,
     pool_conditions,
     pool_snapshot,
     pool_watches,
+    status_pacing,
 )
 from agentforge.reconcilers import pool_status as status_
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.plan_reports import summary
 from agentforge.reconcilers.pool_apply import PoolEvent
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,9 @@ class PoolReconciler:
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._source = pool_snapshot.SnapshotSource(deps)
         self._applier = pool_apply.PlanApplier(deps, self._source, self._event)
+        self._pacer = status_pacing.StatusPacer()
+        self._planned = plan_reports.PlannedReports()
+        self._prepared = plan_reports.PreparedReports()
 
     # --- the reconcile ---------------------------------------------------------------
 
@@ -83,6 +92,9 @@ class PoolReconciler:
         obj = self._pools.get_by_key(key)
         if obj is None:
             metrics.forget(namespace=namespace or "", pool=name)
+            self._pacer.forget(key)
+            self._planned.forget(key)
+            self._prepared.forget(key)
             return None
         try:
             pool = VsphereAgentPool.model_validate(obj)
@@ -109,8 +121,9 @@ class PoolReconciler:
         forbidden = False
         owned: list[JsonObj] = []
         requeue = False
+        prepared: list[str] = []
         try:
-            applied = await self._applier.apply(key, pool, obj, plan)
+            applied = await self._applier.apply(key, pool, obj, plan, prepared)
             owned, requeue = applied.owned, applied.requeue
         except pool_apply.StepFailed as exc:
             failure, forbidden = str(exc), exc.forbidden
@@ -120,8 +133,20 @@ class PoolReconciler:
             owned_vms=owned if failure is None else self._cached_owned(obj),
             ready=pool_conditions.failed(message=failure, forbidden=forbidden) if failure else None,
         )
-        await self._write_status(pool, obj, desired, now=now)
-        await self._report(pool, obj, plan, failure)
+        change = status_.pool_change(obj.get("status"), desired, now=now)
+        paced = self._pacer.delay(key, change, now=now)
+        if change is not status_.Change.NONE and paced is None:
+            await self._write_status(pool, obj, desired, now=now)
+        await self._report(key, obj, plan, failure)
+        reported, held_for = self._prepared.due(key, prepared, now=now, at_once=bool(failure))
+        if reported:
+            approval = ", approval" if pool.spec.agent.approve else ""
+            await self._event(
+                obj,
+                PoolEvent.AGENTS_PREPARED,
+                f"prepared {len(reported)} Agent(s) for their VMs (pool labels, role, "
+                f"hostname{approval}): {summary(reported)}",
+            )
         metrics.record(
             namespace=pool.metadata.namespace,
             pool=pool.metadata.name,
@@ -133,9 +158,10 @@ class PoolReconciler:
         )
         if failure is not None or requeue:
             return Result(requeue=True)
+        afters = [t for t in (paced, held_for) if t is not None]
         if plan.wake_at is not None:
-            return Result(requeue_after=(plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
-        return None
+            afters.append((plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
+        return Result(requeue_after=min(afters)) if afters else None
 
     def _cached_owned(self, pool_obj: JsonObj) -> list[JsonObj]:
         return list((pool_obj.get("status") or {}).get("ownedVMs") or [])
@@ -150,6 +176,8 @@ class PoolReconciler:
     ) -> None:
         if not status_.pool_would_change(pool_obj.get("status"), desired, now=now):
             return
+        key = ObjectKey(f"{pool.metadata.namespace}/{pool.metadata.name}")
+        self._pacer.wrote(key, now=now)
 
         def mutate(fresh: JsonObj) -> JsonObj | None:
             status = fresh.setdefault("status", {})
@@ -229,7 +257,7 @@ class PoolReconciler:
                 pool_obj,
                 PoolEvent.CLEANUP_STARTED,
                 f"pool deleted: deleting {len(started)} VsphereAgent(s) "
-                f"(cleanupPolicy {pool.spec.cleanup_policy.value}): {pool_apply.summary(started)}",
+                f"(cleanupPolicy {pool.spec.cleanup_policy.value}): {summary(started)}",
             )
         if remaining:
             desired = status_.DesiredPoolStatus(
@@ -263,29 +291,15 @@ class PoolReconciler:
         )
 
     async def _report(
-        self, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan, failure: str | None
+        self, key: ObjectKey, pool_obj: JsonObj, plan: planner.Plan, failure: str | None
     ) -> None:
         if failure is not None:
-            key = f"{pool.metadata.namespace}/{pool.metadata.name}"
             await self._event(
                 pool_obj, PoolEvent.APPLY_FAILED, f"VsphereAgentPool {key}: {failure}", warning=True
             )
-        # Agent preparations are reported once, when applied (AgentsPrepared); the
-        # Planned event is about everything else, and only when that changed.
-        actions = [a for a in plan.actions if a.type is not PlannedActionType.PATCH_AGENT]
-        previous = [
-            a
-            for a in (pool_obj.get("status") or {}).get("plannedActions") or ()
-            if not (isinstance(a, dict) and a.get("type") == PlannedActionType.PATCH_AGENT.value)
-        ]
-        only_noop = all(a.type is PlannedActionType.NOOP and a.name is None for a in actions)
-        if [status_.action_wire(a) for a in actions] != previous and not only_noop:
-            parts = [f"{a.type.value}/{a.name}" if a.name else a.type.value for a in actions]
-            await self._event(
-                pool_obj,
-                PoolEvent.PLANNED,
-                f"planned {len(actions)} action(s): {pool_apply.summary(parts)}",
-            )
+        message = self._planned.message(key, plan.actions, pool_obj.get("status"))
+        if message is not None:
+            await self._event(pool_obj, PoolEvent.PLANNED, message)
 
 
 def controller(deps: Deps) -> Controller:

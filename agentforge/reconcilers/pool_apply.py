@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -32,10 +32,12 @@ from typing import Any
 from agentforge.api import kinds, names
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
+from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import planner, vsphere_agent_create
+from agentforge.reconcilers import event_groups, planner, vsphere_agent_create
 from agentforge.reconcilers import pool_status as status_
 from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.plan_reports import summary
 from agentforge.reconcilers.pool_snapshot import SnapshotSource
 
 log = logging.getLogger(__name__)
@@ -79,11 +81,6 @@ def hint(exc: errors.KubeError) -> str:
     if isinstance(exc, errors.Invalid):
         return "the API server rejected it; check admission webhooks on that object"
     return "it is retried with backoff"
-
-
-def summary(items: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 @dataclass
@@ -153,10 +150,17 @@ class PlanApplier:
         return True
 
     async def apply(
-        self, key: ObjectKey, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan
+        self,
+        key: ObjectKey,
+        pool: VsphereAgentPool,
+        pool_obj: JsonObj,
+        plan: planner.Plan,
+        prepared: list[str],
     ) -> Applied:
+        """Run the plan's API calls. `prepared` collects the Agents patched (the caller
+        reports them, `plan_reports`), also when a later step fails."""
         namespace = pool.metadata.namespace
-        await self._prepare(pool, pool_obj, plan)
+        await self._prepare(pool, plan, prepared)
         deleted: set[str] = set()
         for deletion in plan.deletions:
             await self.step(
@@ -183,28 +187,18 @@ class PlanApplier:
         await self._create(key, pool, plan)
         return Applied(owned=owned, requeue=requeue)
 
-    async def _prepare(self, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan) -> None:
+    async def _prepare(
+        self, pool: VsphereAgentPool, plan: planner.Plan, prepared: list[str]
+    ) -> None:
         namespace = pool.metadata.namespace
-        prepared: list[str] = []
-        try:
-            for patch in plan.patches:
-                if await self.step(
-                    f"patch Agent {namespace}/{patch.agent}",
-                    self._client.patch_merge(
-                        kinds.AGENT, namespace=namespace, name=patch.agent, patch=patch.patch
-                    ),
-                ):
-                    prepared.append(f"{patch.agent} (VM {patch.vm})")
-        finally:
-            if prepared:
-                await self._event(
-                    pool_obj,
-                    PoolEvent.AGENTS_PREPARED,
-                    f"prepared {len(prepared)} Agent(s) for their VMs (pool labels, role, "
-                    f"hostname{', approval' if pool.spec.agent.approve else ''}): "
-                    f"{summary(prepared)}",
-                    False,
-                )
+        for patch in plan.patches:
+            if await self.step(
+                f"patch Agent {namespace}/{patch.agent}",
+                self._client.patch_merge(
+                    kinds.AGENT, namespace=namespace, name=patch.agent, patch=patch.patch
+                ),
+            ):
+                prepared.append(f"{patch.agent} (VM {patch.vm})")
 
     async def _write_vms(
         self, pool: VsphereAgentPool, plan: planner.Plan, *, skip: set[str]
@@ -328,13 +322,16 @@ class PlanApplier:
             self.expectations.expect(key, name, creation.selection)
             if am is not None:
                 vm = created["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
-                await self._event(
+                await self._deps.events.record(
                     am,
-                    PoolEvent.VSPHERE_AGENT_CREATED,
-                    f"created VsphereAgent {namespace}/{name} (VM {vm}) of pool "
+                    group=event_groups.pool_ref(
+                        namespace=namespace, name=pool.metadata.name, uid=pool.metadata.uid
+                    ),  # in a burst, all but the first: combined onto the pool
+                    type=EventType.NORMAL,
+                    reason=PoolEvent.VSPHERE_AGENT_CREATED,
+                    message=f"created VsphereAgent {namespace}/{name} (VM {vm}) of pool "
                     f"{namespace}/{pool.metadata.name} for this AgentMachine; it binds the Agent "
                     f"labelled {names.LABEL_AGENT_MACHINE}={creation.selection}",
-                    False,
                 )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from agentforge.api import kinds
@@ -255,3 +256,37 @@ def pool_would_change(
 ) -> bool:
     """Dry-run `apply_pool` on a cached status without touching it."""
     return apply_pool(dict(status or {}), desired, now=now)
+
+
+class Change(StrEnum):
+    """How a pool's status would change, for `status_pacing`."""
+
+    NONE = "none"
+    ROUTINE = "routine"
+    """Only what moves with every VM: counts, `ownedVMs`, `plannedActions`,
+    `isoEjections`, condition messages (the CapacitySatisfied one quotes counts)."""
+    TRANSITION = "transition"
+    """A condition's status or reason, or `observedGeneration` (a spec change seen)."""
+
+
+def _states(status: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    return {
+        str(c.get("type")): (c.get("status"), c.get("reason"))
+        for c in status.get("conditions") or ()
+        if isinstance(c, Mapping)
+    }
+
+
+def pool_change(
+    status: Mapping[str, Any] | None, desired: DesiredPoolStatus, *, now: datetime
+) -> Change:
+    """Dry-run `apply_pool` on a cached status and say what kind of change it makes."""
+    before = dict(status or {})
+    after = dict(before)
+    if not apply_pool(after, desired, now=now):
+        return Change.NONE
+    if before.get("observedGeneration") != after.get("observedGeneration") or _states(
+        before
+    ) != _states(after):
+        return Change.TRANSITION
+    return Change.ROUTINE

@@ -86,6 +86,9 @@ def vsphere_agent_object(*, pool: VsphereAgentPool, name: str, selection: str) -
         "metadata": {
             "name": name,
             "namespace": namespace,
+            # The vm controller's finalizer set at once: one write fewer per VM than
+            # its later patch (which remains for VsphereAgents users create to adopt).
+            "finalizers": [names.FINALIZER_VSPHERE_AGENT],
             "labels": {
                 names.LABEL_POOL: pool.metadata.name,
                 names.LABEL_CREATED_FOR: names.CreatedFor.AGENT_MACHINE.value,

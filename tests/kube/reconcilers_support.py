@@ -126,6 +126,7 @@ async def running_operator(
             for informer in informers.values():
                 await stack.enter_async_context(informer)
             runs = [asyncio.create_task(c.run(), name=f"it-{c.name}") for c in controllers]
+            deps.events.start()  # as the app does: its flusher exists before the test body
             try:
                 # Workers exist before the test body starts (the task hygiene check
                 # counts tasks created during the body).
@@ -137,6 +138,8 @@ async def running_operator(
                 for ctrl in controllers:
                     await ctrl.stop()
                 await asyncio.gather(*runs, return_exceptions=True)
+                await deps.events.flush()  # as a clean shutdown does
+                await deps.events.close()
                 if isinstance(credentials, SecretCredentials):
                     await credentials.close()
     if owned:

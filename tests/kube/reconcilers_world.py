@@ -448,6 +448,7 @@ class World:
         for _, task in running:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.deps.events.flush()  # as a clean shutdown does
         await self.credentials.close()
 
 
@@ -467,6 +468,7 @@ async def world_for(
     registry = vsphere.SessionRegistry(options=FAST)
     world = World(kube=kube, namespace=namespace, vcsim=vcsim, iso=iso, registry=registry)
     await world.service.session()  # its background tasks exist before the test body
+    world.deps.events.start()  # as the app does: its flusher too
     for informer in world.informers.values():
         informer.start()
     try:
@@ -475,6 +477,7 @@ async def world_for(
         yield world
     finally:
         await world.stop()
+        await world.deps.events.close()
         for informer in world.informers.values():
             await informer.stop()
         await registry.close()

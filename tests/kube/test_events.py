@@ -22,7 +22,7 @@ async def subject(kube: client.KubeClient, namespace: str) -> dict[str, Any]:
     )
 
 
-async def test_repeats_are_aggregated_into_one_event_with_a_count(
+async def test_repeats_are_one_event_whose_count_is_written_in_one_patch(
     kube: client.KubeClient, namespace: str, proxy: ProxyControl
 ) -> None:
     obj = await subject(kube, namespace)
@@ -31,7 +31,12 @@ async def test_repeats_are_aggregated_into_one_event_with_a_count(
     for _ in range(4):
         await recorder.record(obj, type=EventType.WARNING, reason="Flapping", message="again")
     await recorder.record(obj, type=EventType.NORMAL, reason="Settled", message="done")
+    counts = await proxy.counts()
+    assert counts[("create", "events")] == 2
+    assert counts.get(("patch", "events"), 0) == 0  # the 3 repeats are counted, held
+    assert recorder.pending == 1
 
+    await recorder.flush()  # (the flusher's turn would come 30 s after the first write)
     listed = await kube.list(EVENT, namespace=namespace)
     by_reason = {e["reason"]: e for e in listed.items}
     assert sorted(by_reason) == ["Flapping", "Settled"]
@@ -44,7 +49,57 @@ async def test_repeats_are_aggregated_into_one_event_with_a_count(
     assert by_reason["Settled"]["count"] == 1
     counts = await proxy.counts()
     assert counts[("create", "events")] == 2
-    assert counts[("patch", "events")] == 3
+    assert counts[("patch", "events")] == 1
+
+
+async def test_many_objects_of_a_group_end_in_one_combined_event_on_the_group(
+    kube: client.KubeClient, namespace: str, proxy: ProxyControl
+) -> None:
+    group = await subject(kube, namespace)
+    members = [
+        await kube.create(
+            CONFIGMAP,
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"member-{i}"}},
+            namespace=namespace,
+        )
+        for i in range(1, 11)
+    ]
+    recorder = events.EventRecorder(client=kube, component="agent-forge")
+    await proxy.reset_counts()
+    for member in members:
+        name = member["metadata"]["name"]
+        await recorder.record(
+            member, type=EventType.NORMAL, reason="Made", message=f"made {name}", group=group
+        )
+    await recorder.flush()
+
+    made = [e for e in (await kube.list(EVENT, namespace=namespace)).items if e["reason"] == "Made"]
+    on = sorted(e["involvedObject"]["name"] for e in made)
+    assert on == ["member-1", "subject"]
+    (combined,) = [e for e in made if e["involvedObject"]["name"] == "subject"]
+    assert combined["count"] == 9
+    assert combined["involvedObject"]["uid"] == group["metadata"]["uid"]
+    assert combined["message"] == (
+        f"(combined from similar events): ConfigMap {namespace}/member-10: made member-10"
+    )
+    counts = await proxy.counts()
+    assert counts[("create", "events")] == 2
+    assert counts[("patch", "events")] == 1
+
+
+async def test_a_count_for_an_event_the_server_no_longer_has_creates_it_anew(
+    kube: client.KubeClient, namespace: str
+) -> None:
+    obj = await subject(kube, namespace)
+    recorder = events.EventRecorder(client=kube, component="agent-forge")
+    await recorder.record(obj, type=EventType.NORMAL, reason="Again", message="m")
+    (first,) = (await kube.list(EVENT, namespace=namespace)).items
+    await kube.delete(EVENT, namespace=namespace, name=first["metadata"]["name"])  # its TTL
+    await recorder.record(obj, type=EventType.NORMAL, reason="Again", message="m")
+    await recorder.flush()
+    (again,) = (await kube.list(EVENT, namespace=namespace)).items
+    assert again["metadata"]["name"] != first["metadata"]["name"]
+    assert again["count"] == 2
 
 
 async def test_a_failing_write_is_logged_not_raised(

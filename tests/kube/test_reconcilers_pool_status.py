@@ -139,11 +139,20 @@ async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> 
     world.op.clock.offset += timedelta(minutes=31)
     await world.patch(kinds.AGENT_MACHINE, "am-1", {"metadata": {"annotations": {"tick": "2"}}})
 
+    async def deleting() -> bool:
+        current = await world.get(kinds.VSPHERE_AGENT, "am-1")
+        return bool(current and current["metadata"].get("deletionTimestamp"))
+
+    # Clean-up deletes the orphan; the vm controller's part (not running here): its VM
+    # is gone, so it drops the finalizer the VsphereAgent was created with.
+    await until("the orphan to be deleted", deleting)
+    await world.patch(kinds.VSPHERE_AGENT, "am-1", {"metadata": {"finalizers": None}})
+
     async def replaced() -> dict | None:  # type: ignore[type-arg]
         current = await world.get(kinds.VSPHERE_AGENT, "am-1")
         if current and current["metadata"]["uid"] != first["metadata"]["uid"]:
             return current
         return None
 
-    # Clean-up deletes the orphan; the AgentMachine still waits, so scaleup asks again.
+    # The AgentMachine still waits, so scaleup asks again.
     await until("the orphan to be replaced by a new VsphereAgent", replaced)

@@ -184,15 +184,27 @@ class Recorded:
     type: str
     reason: str
     message: str
+    group: Mapping[str, Any] | None = None
+    """The object the recorder may combine this event onto (`EventRecorder` groups)."""
 
 
 @dataclass
 class FakeRecorder:
     events: list[Recorded] = field(default_factory=list)
 
-    async def record(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
+    async def record(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        type: str,
+        reason: str,
+        message: str,
+        group: Mapping[str, Any] | None = None,
+    ) -> None:
         self.events.append(
-            Recorded(obj.get("kind", ""), obj["metadata"]["name"], str(type), str(reason), message)
+            Recorded(
+                obj.get("kind", ""), obj["metadata"]["name"], str(type), str(reason), message, group
+            )
         )
 
     def reasons(self) -> list[str]:

@@ -67,8 +67,14 @@ async def test_a_waiting_agent_machine_gets_one_vsphere_agent_from_the_pool() ->
     )
     assert owner["blockOwnerDeletion"] is False
     assert body["spec"] == {"poolRef": {"name": POOL}}
+    # created with the vm controller's finalizer: no later patch to add it
+    assert meta["finalizers"] == [names.FINALIZER_VSPHERE_AGENT]
     (event,) = [e for e in h.events.events if e.reason == "VsphereAgentCreated"]
     assert (event.kind, event.name) == ("AgentMachine", AM)
+    # a burst's later ones are combined onto the pool (the recorder's groups)
+    assert event.group is not None
+    assert event.group["kind"] == "VsphereAgentPool"
+    assert event.group["metadata"] == {"namespace": NS, "name": POOL, "uid": "pool-uid"}
 
 
 async def test_a_create_racing_an_existing_object_of_ours_is_not_duplicated() -> None:
