@@ -16,8 +16,11 @@ module applies it and observes again. The order of effects is the safety argumen
    someone else's finished).
 
 Refusals (changed media, another question, not our VM) touch nothing, keep the
-record, set `EjectionFailed` and retry with the queue's backoff. Waits for a vSphere
-task are bounded (`TASK_WAIT_SECONDS`), so a stuck task never holds a worker.
+record, set `EjectionFailed` and retry with the queue's backoff. No worker waits on
+the reconfigure (docs/design/0005): it takes a task slot of the vCenter, and while it
+runs without a question the pass ends (its moref checkpointed in the record when we
+started it); its end, or a question the VM raises meanwhile, reconciles the
+VsphereAgent again (`task_waits`), which observes afresh and carries on.
 """
 
 from __future__ import annotations
@@ -181,46 +184,73 @@ async def _run(
                 f"VM {record.vm_name} had no ownership markers; its BIOS UUID and name are the "
                 f"recorded ones, so {markers.describe()} was stamped before the ejection",
             )
-        elif step.kind is S.ISSUE:
-            seen = await _issue(ctx, service, op, markers)
         elif step.kind is S.RECORD_QUESTION:
             assert step.question_id is not None
             await _record_question(ctx, op, question_id=step.question_id, task=seen.task_id)
-        elif step.kind is S.ANSWER:
-            await _answer(ctx, service, op, markers)
-            seen = await _follow(service, op, markers)
-        else:  # FOLLOW
-            seen = await _follow(service, op, markers)
+        else:  # ISSUE, ANSWER, FOLLOW: each ends observing the reconfigure
+            if step.kind is S.ISSUE:
+                observed = await _issue(ctx, service, op, markers)
+            else:
+                if step.kind is S.ANSWER:
+                    await _answer(ctx, service, op, markers)
+                observed = await _follow(ctx, service, op, markers)
+            if isinstance(observed, _Running):  # the pass ends; its end wakes the key
+                return Finished(False, ctx.wait_task(service, observed.task))
+            seen = observed
     return Finished(False, Result(requeue_after=POLL_SECONDS))
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """Our reconfigure runs without a question: followed, not waited for."""
+
+    task: str
 
 
 async def _issue(
     ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
-) -> decide.Observation:
-    """Checkpoint DisconnectIssued (a confirming read when already there), then send it."""
+) -> decide.Observation | _Running:
+    """Claim a task slot, checkpoint DisconnectIssued (a confirming read when already
+    there), then send it; a reconfigure that runs on gets its moref checkpointed."""
     record = op.record
     first = record.phase is P.RECORDED
-    op.record = record = await status.checkpoint(
-        ctx,
-        record,
-        record.advanced(P.DISCONNECT_ISSUED) if first else record,
-        reason=R.EJECTION_IN_PROGRESS,
-        message=f"disconnecting CD-ROM {record.device_key} of VM {record.vm_name} "
-        f"({record.iso_path})",
-    )
-    if first:
-        reached(CrashPoint.DISCONNECT_RECORDED)
-    outcome = await _bounded(
-        service.eject_cdrom(
-            datacenter=record.datacenter,
-            vm_uuid=record.bios_uuid,
-            device_key=record.device_key,
-            expected_backing=record.iso_path,
-            markers=markers,
+    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    try:
+        op.record = record = await status.checkpoint(
+            ctx,
+            record,
+            record.advanced(P.DISCONNECT_ISSUED) if first else record,
+            reason=R.EJECTION_IN_PROGRESS,
+            message=f"disconnecting CD-ROM {record.device_key} of VM {record.vm_name} "
+            f"({record.iso_path})",
         )
-    )
+        if first:
+            reached(CrashPoint.DISCONNECT_RECORDED)
+        outcome = await _bounded(
+            service.eject_cdrom(
+                datacenter=record.datacenter,
+                vm_uuid=record.bios_uuid,
+                device_key=record.device_key,
+                expected_backing=record.iso_path,
+                markers=markers,
+                slot=slot,
+            )
+        )
+    finally:
+        if slot is not None and slot.task is None:
+            slot.release()
     if outcome.state is vsphere.EjectState.QUESTION_PENDING:
         reached(CrashPoint.DISCONNECT_ISSUED)
+    if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
+        op.record = await status.checkpoint(
+            ctx,
+            record,
+            record.advanced(P.DISCONNECT_ISSUED, task_ref=outcome.task_id),
+            reason=R.EJECTION_IN_PROGRESS,
+            message=f"disconnecting CD-ROM {record.device_key} of VM {record.vm_name} "
+            f"({record.iso_path}): task {outcome.task_id} runs",
+        )
+        return _Running(outcome.task_id)
     return decide.Observation.of_outcome(record, outcome)
 
 
@@ -277,16 +307,29 @@ async def _answer(
 
 
 async def _follow(
-    service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
-) -> decide.Observation:
-    """Wait for a reconfigure running on the VM. One that is not provably ours (its task
-    is not the recorded one) ending is checked against fresh facts, never trusted."""
+    ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
+) -> decide.Observation | _Running:
+    """Observe a reconfigure running on the VM: its question, or (running on) follow
+    it. One that is not provably ours (its task is not the recorded one) ending is
+    checked against fresh facts, never trusted."""
     record = op.record
-    outcome = await _bounded(
-        service.resume_eject(
-            datacenter=record.datacenter, vm_uuid=record.bios_uuid, device_key=record.device_key
+    if ctx.waits is None:  # outside a controller: wait, as scripts do
+        outcome = await _bounded(
+            service.resume_eject(
+                datacenter=record.datacenter,
+                vm_uuid=record.bios_uuid,
+                device_key=record.device_key,
+            )
         )
-    )
+    else:
+        outcome = await service.resume_eject(
+            datacenter=record.datacenter,
+            vm_uuid=record.bios_uuid,
+            device_key=record.device_key,
+            wait=False,
+        )
+    if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
+        return _Running(outcome.task_id)
     ours = outcome.task_id is None or outcome.task_id == record.task_ref
     if outcome.state is vsphere.EjectState.EJECTED and not ours:
         op.vm = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)

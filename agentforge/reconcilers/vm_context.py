@@ -7,6 +7,12 @@ biosUUID,macAddress,instanceUUID,moRef}`, `status.creation` and the `Ready`
 condition. A mutation that finds the object replaced (another UID) writes nothing;
 one that changes nothing makes no request beyond the fresh GET.
 
+Tasks: `claim_slot` takes one of the vCenter's task slots for this VsphereAgent (in
+its pool's turn, `vsphere.TaskSlotPending` when none is free) and `wait_task` ends a
+pass that started (or found running) a vCenter task: the controller's `TaskWaits`
+reconciles the key again when the task ends. A context made outside a controller
+(no `waits`: unit tests with a stand-in service) claims no slot.
+
 One write per reconcile pass where the order allows: edits that need no read-back
 (`ready(...)`, `defer(...)`: conditions, the recorded identity) are kept until the
 next `write` of the pass, which carries them along, or until `flush()`, which the
@@ -20,7 +26,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentforge import vsphere
 from agentforge.api import identity, kinds, rbac, wire
@@ -29,9 +35,14 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
 from agentforge.kube import conditions as kconditions
 from agentforge.kube import errors as kerrors
+from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
+from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.event_reasons import VmEvent
+
+if TYPE_CHECKING:
+    from agentforge.reconcilers.task_waits import TaskWaits
 
 JsonObj = dict[str, Any]
 Edit = Callable[[JsonObj], None]
@@ -55,6 +66,8 @@ class VmContext:
     agent: VsphereAgent
     pool: VsphereAgentPool | None
     now: datetime
+    key: ObjectKey | None = None
+    waits: TaskWaits | None = field(default=None, repr=False)
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
     _pending: list[Edit] = field(default_factory=list, repr=False)
     _pending_ready: Edit | None = field(default=None, repr=False)
@@ -77,6 +90,23 @@ class VmContext:
                 registry=self.deps.vsphere, credentials=credentials
             )
         return self._service
+
+    def claim_slot(self, service: vsphere.VsphereService) -> vsphere.Slot | None:
+        """A task slot on the pool's vCenter (raises `vsphere.TaskSlotPending`: the key
+        waits its pool's turn); None outside a controller."""
+        if self.waits is None or self.key is None:
+            return None
+        assert self.pool is not None
+        return service.claim_task_slot(
+            group=f"{self.pool.metadata.namespace}/{self.pool.metadata.name}",
+            token=self.waits.token(self.key),
+        )
+
+    def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
+        """End the pass: reconciled again when `task` (recorded in status) ends."""
+        assert self.waits is not None
+        assert self.key is not None
+        return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
 
     async def event(self, type_: EventType, reason: VmEvent, message: str) -> None:
         await self.deps.events.record(self.raw, type=type_, reason=reason, message=message)

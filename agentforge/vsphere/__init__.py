@@ -29,6 +29,7 @@ from agentforge.vsphere.errors import (
     SessionUnavailable,
     SizeLimitExceeded,
     TaskFailed,
+    TaskSlotPending,
     TransientError,
     VcenterUnreachable,
     VsphereError,
@@ -38,12 +39,14 @@ from agentforge.vsphere.iso import IsoLimits, IsoRecord, IsoResult, IsoSource, V
 from agentforge.vsphere.logins import LoginPolicy
 from agentforge.vsphere.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
-from agentforge.vsphere.provision import VmRequest
-from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry
+from agentforge.vsphere.provision import Started, VmRequest
+from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry, TaskNews
 from agentforge.vsphere.service import VsphereService
 from agentforge.vsphere.session import Session, SessionOptions
 from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
 from agentforge.vsphere.task_facts import TaskFacts, TaskState
+from agentforge.vsphere.task_slots import Slot, TaskSlots
+from agentforge.vsphere.vms import DeleteStep
 
 __all__ = [
     "WAIT_FOR_LOGIN",
@@ -55,6 +58,7 @@ __all__ = [
     "CreationInFlight",
     "Credentials",
     "DatastoreFile",
+    "DeleteStep",
     "EjectOutcome",
     "EjectState",
     "Firmware",
@@ -93,8 +97,13 @@ __all__ = [
     "SessionRegistry",
     "SessionUnavailable",
     "SizeLimitExceeded",
+    "Slot",
+    "Started",
     "TaskFacts",
     "TaskFailed",
+    "TaskNews",
+    "TaskSlotPending",
+    "TaskSlots",
     "TaskState",
     "TransientError",
     "Validators",

@@ -81,3 +81,16 @@ def counted(kind: str, operation: str) -> Iterator[Outcome]:
         counter.labels(operation=operation, result=result_of(exc)).inc()
         raise
     counter.labels(operation=operation, result=outcome.result).inc()
+
+
+@contextlib.contextmanager
+def failures(kind: str, operation: str) -> Iterator[None]:
+    """Count only a failure of the block: a task it starts is counted when it ends
+    (by whoever reads its outcome, `vm_op`)."""
+    counter = VM_OPERATIONS if kind == "vm" else ISO_OPERATIONS
+    try:
+        yield
+    except BaseException as exc:
+        if not isinstance(exc, asyncio.CancelledError):
+            counter.labels(operation=operation, result=result_of(exc)).inc()
+        raise

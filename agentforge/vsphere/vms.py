@@ -6,7 +6,10 @@ Rules this module keeps:
   `config.uuid`, so a stale cache entry is detected, never trusted);
 - facts of one VM or of many VMs cost one PropertyCollector round trip;
 - (creation lives in `provision`);
-- delete and stamp refuse VMs whose markers are not ours (`OwnershipMismatch`).
+- delete and stamp refuse VMs whose markers are not ours (`OwnershipMismatch`);
+- controllers start power and delete tasks (`start_power_on`, `start_delete`) and
+  never wait for them: the task is followed (`task_follow`) and its end is news;
+  `power_on` and `delete` wait, for scripts and tests.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentforge.vsphere import (
@@ -25,9 +29,11 @@ from agentforge.vsphere import (
     placement,
     props,
     specs,
+    task_follow,
     tasks,
 )
 from agentforge.vsphere.session import Session
+from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim, vmodl
 
 PC = vmodl.query.PropertyCollector
@@ -172,6 +178,75 @@ async def power_on(session: Session, ref: Any, *, subject: str) -> None:
         got = (await fetch(session, [ref])).get(ref._moId)
         if got is None or got.power_state is not facts.PowerState.ON:
             raise
+
+
+async def start_power_on(session: Session, ref: Any, *, subject: str, slot: Slot) -> str | None:
+    """Start powering the VM on; the task's moref (followed), or None when it already
+    runs. Never waits for the task; `slot` is bound to it or released."""
+    try:
+        try:
+            task = await session.call(ref.PowerOnVM_Task, subject=subject, action="power on")
+        except errors.InvalidState:
+            got = (await fetch(session, [ref])).get(ref._moId)
+            if got is None or got.power_state is not facts.PowerState.ON:
+                raise
+            return None
+        return task_follow.follow(session, task, slot=slot)
+    finally:
+        if slot.task is None:
+            slot.release()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteStep:
+    """What `start_delete` did to the VM."""
+
+    action: str
+    """"power off", "destroy", or "" when the VM was already gone."""
+    task: str | None = None
+    """The started task's moref (followed: its end is news)."""
+    vm: facts.VmFacts | None = None
+
+
+async def start_delete(
+    session: Session,
+    *,
+    datacenter_name: str,
+    bios_uuid: str,
+    expected: markers.OwnershipMarkers,
+    slot: Slot,
+) -> DeleteStep:
+    """The next step of deleting our VM, started and not waited for: power off while
+    it is not off, then destroy. Refuses a VM that is not ours; `slot` is bound to the
+    started task or released. Call again once the task ended."""
+    try:
+        with metrics.failures("vm", "delete"):
+            got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
+            if got is None:
+                return DeleteStep("")
+            require_ours(got, expected, action="delete")
+            ref = ref_of(session, got.moid)
+            subject = f"VM {got.name}"
+            if got.power_state is not facts.PowerState.OFF:
+                try:
+                    task = await session.call(
+                        ref.PowerOffVM_Task, subject=subject, action="power off"
+                    )
+                    return DeleteStep(
+                        "power off", task_follow.follow(session, task, slot=slot), got
+                    )
+                except errors.InvalidState:
+                    pass  # (it is off by now: destroy it)
+            try:
+                task = await session.call(ref.Destroy_Task, subject=subject, action="destroy")
+            except errors.NotFound:
+                return DeleteStep("")
+            if got.bios_uuid:
+                session.cache.pop(("vm", got.bios_uuid), None)
+            return DeleteStep("destroy", task_follow.follow(session, task, slot=slot), got)
+    finally:
+        if slot.task is None:
+            slot.release()
 
 
 async def power_off_and_destroy(session: Session, ref: Any, got: facts.VmFacts) -> None:
