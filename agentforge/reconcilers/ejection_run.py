@@ -330,6 +330,8 @@ async def _follow(
         )
     if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
         return _Running(outcome.task_id)
+    if outcome.state is vsphere.EjectState.QUESTION_PENDING and record.phase is P.DISCONNECT_ISSUED:
+        reached(CrashPoint.DISCONNECT_ISSUED)  # sent and asked, not recorded yet
     ours = outcome.task_id is None or outcome.task_id == record.task_ref
     if outcome.state is vsphere.EjectState.EJECTED and not ours:
         op.vm = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)

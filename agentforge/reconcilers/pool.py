@@ -224,7 +224,9 @@ class PoolReconciler:
                 continue
             previous = self._source.vm_status(namespace=namespace, name=record.vsphere_agent)
             wire = status_.rendered_vm(previous, record, where=where)
-            if wire != previous:
+            # A VsphereAgent without a VM record yet gets its first phase with the `vm`
+            # controller's first write (`phases.initial`): nothing to write here then.
+            if wire != previous and previous:
                 await self._step(
                     f"update the status of VsphereAgent {namespace}/{record.vsphere_agent}",
                     self._client.update_status(

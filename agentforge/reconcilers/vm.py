@@ -163,8 +163,8 @@ class VmReconciler:
             result = await adopt.ensure_adopted(ctx)
         else:
             result = await vm_create.ensure_created(ctx)
-        if self._ejection is None:
-            return result
+        if self._ejection is None or (ctx.in_flight and agent.status.iso_ejection is None):
+            return result  # (its first condition rides with the creation's last write)
         return _merged(result, await self._ejection.reconcile(ctx=ctx))
 
     async def _add_finalizer(self, ctx: VmContext) -> bool:

@@ -1,11 +1,13 @@
 """One `vm` reconcile's context, and the only way it writes a VsphereAgent's status.
 
 The `pool` controller writes `status.vm.{phase,reason,agentRef,machineRef,
-lastTransitionTime}` of the same objects, so every write here is `update_status`
-with a mutation that touches only this controller's fields: `status.vm.{name,
-biosUUID,macAddress,instanceUUID,moRef}`, `status.creation` and the `Ready`
-condition. A mutation that finds the object replaced (another UID) writes nothing;
-one that changes nothing makes no request beyond the fresh GET.
+lastTransitionTime}` of the same objects, so every write here is `update_status` with
+a mutation that touches only this controller's fields: `status.vm.{name,
+biosUUID,macAddress,instanceUUID,moRef}`, `status.creation`, `status.deletion` and the
+`Ready` condition; the one exception is the first phase of a record that has none yet
+(`phases.initial`), which the pool controller leaves to this first write. A mutation
+that finds the object replaced (another UID) writes nothing; one that changes nothing
+makes no request beyond the fresh GET.
 
 Tasks: `claim_slot` takes one of the vCenter's task slots for this VsphereAgent (in
 its pool's turn, `vsphere.TaskSlotPending` when none is free) and `wait_task` ends a
@@ -29,8 +31,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentforge import vsphere
-from agentforge.api import identity, kinds, rbac, wire
+from agentforge.api import identity, kinds, names, rbac, wire
 from agentforge.api.conditions import VsphereAgentConditionType, VsphereAgentReason
+from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
 from agentforge.kube import conditions as kconditions
@@ -38,6 +41,7 @@ from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers import phases
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.event_reasons import VmEvent
 
@@ -68,6 +72,8 @@ class VmContext:
     now: datetime
     key: ObjectKey | None = None
     waits: TaskWaits | None = field(default=None, repr=False)
+    in_flight: bool = False
+    """The VM's creation waits on vCenter (a task, a slot, a create in the folder)."""
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
     _pending: list[Edit] = field(default_factory=list, repr=False)
     _pending_ready: Edit | None = field(default=None, repr=False)
@@ -106,6 +112,7 @@ class VmContext:
         """End the pass: reconciled again when `task` (recorded in status) ends."""
         assert self.waits is not None
         assert self.key is not None
+        self.in_flight = True
         return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
 
     async def event(self, type_: EventType, reason: VmEvent, message: str) -> None:
@@ -147,7 +154,7 @@ class VmContext:
     async def write(self, *edits: Edit) -> JsonObj:
         """Apply the pending edits, then `edits`, to the fresh status (only our fields)
         in one request; returns the stored object."""
-        edits = (*self._pending, *_some(self._pending_ready), *edits)
+        edits = (*self._pending, *_some(self._pending_ready), *edits, self._first_phase())
         self._pending, self._pending_ready = [], None
         uid = self.agent.metadata.uid
 
@@ -168,6 +175,22 @@ class VmContext:
         )
         self.saw(stored)
         return stored
+
+    def _first_phase(self) -> Edit:
+        """A VM record that has just begun (a name, no phase) gets the pool controller's
+        first phase along (`phases.initial`): one write instead of two."""
+        adopted = self.agent.metadata.labels.get(names.LABEL_CREATED_FOR) == (
+            names.CreatedFor.ADOPTED.value
+        )
+        phase, reason = phases.initial(adopted=adopted)
+        now = format_time(self.now)
+
+        def edit(obj: JsonObj) -> None:
+            vm = obj["status"].get("vm")
+            if isinstance(vm, dict) and vm.get("name") and not vm.get("phase"):
+                vm.update(phase=phase.value, reason=reason.value, lastTransitionTime=now)
+
+        return edit
 
     def shows_ready(self, *, ok: bool, reason: VsphereAgentReason) -> bool:
         """The cached Ready condition has this status and reason (any message)."""

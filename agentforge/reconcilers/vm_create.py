@@ -390,6 +390,7 @@ async def look_up(
 
 
 async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:
+    ctx.in_flight = True
     await ctx.ready(
         ok=False,
         reason=R.VM_CREATING,

@@ -283,8 +283,11 @@ async def _delete_vm(
     deletion = ctx.agent.status.deletion
     if deletion is not None and deletion.task_ref:
         ran = await vm_delete_tasks.outcome(ctx, service, deletion)
-        if ran is not None:
+        if isinstance(ran, Result):
             return ran
+        if ran:  # destroyed, as vCenter says
+            await vm_delete_tasks.gone(ctx, deletion)
+            return list(agents.unbound)
     record = ctx.agent.status.creation
     datacenter = record.datacenter if record else pool.spec.vsphere.datacenter
     placement = pool_specs.placement(pool)

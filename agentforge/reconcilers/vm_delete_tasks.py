@@ -12,7 +12,8 @@ docs/design/0005:
 * `outcome` asks vCenter how the recorded task ended: still running -> the pass
   ends (woken when it ends); failed -> `VMDeleteFailed` with a Warning event, the
   task's reference dropped with the report and the step started again after the
-  queue's backoff; ended or forgotten -> the VM is looked up again before anything
+  queue's backoff; the destroy succeeded -> the VM is gone (no lookup); a power-off
+  that ended, or a task vCenter forgot -> the VM is looked up again before anything
   else (vCenter's word on the VM, not on the task, decides what is next);
 * `gone`: the VM is no longer there after we started deleting it -> `VMDeleted`.
 
@@ -40,18 +41,20 @@ _PHASES = {"power off": DeletionPhase.POWER_OFF_ISSUED, "destroy": DeletionPhase
 
 async def outcome(
     ctx: VmContext, service: vsphere.VsphereService, deletion: DeletionRecord
-) -> Result | None:
-    """How the recorded task ended; None when the VM is to be looked up again."""
+) -> Result | bool:
+    """How the recorded task ended: the result of waiting for it or reporting its
+    failure; True when vCenter says the VM was destroyed; False when the VM itself is
+    to be asked (the power-off ended, or vCenter forgot the task)."""
     assert deletion.task_ref is not None
     try:
         task = await service.task(task_ref=deletion.task_ref)
     except vsphere.NotFound:
-        return None  # forgotten by vCenter: the VM itself tells
+        return False  # forgotten by vCenter: the VM itself tells
     if task.running:
         await service.follow_task(task_ref=task.moid)  # (after a restart)
         return ctx.wait_task(service, task.moid)
     if task.error is None:
-        return None
+        return deletion.phase == DeletionPhase.DESTROY_ISSUED
     doing = "powering off" if deletion.phase == DeletionPhase.POWER_OFF_ISSUED else "destroying"
     vmetrics.vm_op("delete", vmetrics.result_of(task.error))
     message = f"{doing} VM {deletion.vm_name} failed: {task.error}; started again with backoff"

@@ -76,6 +76,9 @@ class SessionOptions:
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 5.0
     wait_max_seconds: int = 60
+    task_batch_seconds: float = 0.2
+    """The task waiter gathers registrations and updates this long, so many tasks cost
+    one view change, one interrupted poll and one answer (at most this much later)."""
     max_tasks_in_flight: int = DEFAULT_CAP
     """Tasks of ours one vCenter runs at once (`task_slots.TaskSlots`)."""
 

@@ -10,6 +10,7 @@ object). A callback that raises is logged and never stops the others.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +18,12 @@ from typing import Any
 
 from agentforge.vsphere import task_view
 from agentforge.vsphere.task_view import QUESTION_PATH
+from agentforge.vsphere.vmomi import vim
 
-__all__ = ["Ended", "Watch", "has_question", "task_done"]
+__all__ = ["ENDED_KEPT", "Ended", "Seen", "Watch", "has_question", "task_done"]
+
+ENDED_KEPT = 4096
+"""Finished tasks remembered after they left the view (their outcome never changes)."""
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,42 @@ class Watch:
                 ended(values, exc)
             except Exception:
                 log.exception("a follower of %s failed", task_view.describe(self.ref))
+
+
+class Seen:
+    """What the long poll reported: the last properties of each object in the view,
+    the tasks seen finished while still in it, and the last `ENDED_KEPT` finished
+    tasks (so reading a task's outcome after its end costs no request)."""
+
+    def __init__(self) -> None:
+        self.props: dict[str, dict[str, Any]] = {}
+        self.finished: dict[str, dict[str, Any]] = {}
+        self._ended: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+
+    def apply(self, updates: Any) -> list[tuple[str, dict[str, Any]]]:
+        """Fold one `WaitForUpdatesEx` answer in; the objects that changed, with their
+        properties now (objects that left the view are forgotten, not returned)."""
+        changed: list[tuple[str, dict[str, Any]]] = []
+        for filter_update in updates.filterSet or []:
+            for obj_update in filter_update.objectSet or []:
+                key = obj_update.obj._moId
+                if obj_update.kind == "leave":  # left the view (we removed it, or it is gone)
+                    self.props.pop(key, None)
+                    continue
+                values = self.props.setdefault(key, {})
+                for change in obj_update.changeSet or []:
+                    values[change.name] = None if change.op == "remove" else change.val
+                if task_done(values) and isinstance(obj_update.obj, vim.Task):
+                    self.finished[key] = dict(values)
+                    self._ended[key] = dict(values)
+                    while len(self._ended) > ENDED_KEPT:
+                        self._ended.popitem(last=False)
+                changed.append((key, values))
+        return changed
+
+    def ended_task(self, moid: str) -> dict[str, Any] | None:
+        found = self.finished.get(moid) or self._ended.get(moid)
+        return dict(found) if found is not None else None
 
 
 def task_done(props: dict[str, Any]) -> bool:

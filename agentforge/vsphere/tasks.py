@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from agentforge.vsphere import errors, task_view
 from agentforge.vsphere.task_run import run_task, task_outcome
 from agentforge.vsphere.task_view import QUESTION_PATH, TASK_PATHS
-from agentforge.vsphere.task_watch import Ended, Watch, has_question, task_done
-from agentforge.vsphere.vmomi import vim, vmodl
+from agentforge.vsphere.task_watch import Ended, Seen, Watch, has_question, task_done
+from agentforge.vsphere.vmomi import vmodl
 
 if TYPE_CHECKING:
     from agentforge.vsphere.session import Session
@@ -55,8 +55,9 @@ class TaskWaiter:
     def __init__(self, *, session: Session) -> None:
         self._session = session
         self._watches: dict[str, Watch] = {}
-        self._props: dict[str, dict[str, Any]] = {}  # last known properties of viewed objects
-        self._finished: dict[str, dict[str, Any]] = {}  # tasks seen finished, still in view
+        self._seen = Seen()
+        self._props = self._seen.props  # last known properties of viewed objects
+        self._finished = self._seen.finished  # tasks seen finished, still in view
         self._in_view: set[str] = set()
         self._to_add: dict[str, Any] = {}
         self._to_remove: dict[str, Any] = {}
@@ -130,9 +131,9 @@ class TaskWaiter:
         self._active.set()
 
     def finished(self, moid: str) -> dict[str, Any] | None:
-        """The properties of a task seen finished and still in the view (no request)."""
-        found = self._finished.get(moid)
-        return dict(found) if found is not None else None
+        """The properties of a task this waiter saw end (no request): a finished task
+        never changes again. The last `ENDED_KEPT` are kept."""
+        return self._seen.ended_task(moid)
 
     def unfollow(self, moid: str, *, token: str) -> None:
         """Drop `token`'s callback on the object (nothing when there is none)."""
@@ -240,7 +241,8 @@ class TaskWaiter:
     async def _flush_loop(self) -> None:
         while True:
             await self._flush_wanted.wait()
-            await asyncio.sleep(0)  # let registrations of this tick coalesce
+            # Let registrations coalesce: one view change, one interrupted poll for many.
+            await asyncio.sleep(self._session.options.task_batch_seconds)
             self._flush_wanted.clear()
             try:
                 await self._flush()
@@ -390,6 +392,8 @@ class TaskWaiter:
             if updates is not None:
                 collector.version = updates.version
                 self._apply(updates)
+                # Let more updates gather before the next poll: one answer for many ends.
+                await asyncio.sleep(self._session.options.task_batch_seconds)
 
     async def _relogin(self, generation: int) -> None:
         try:
@@ -402,23 +406,13 @@ class TaskWaiter:
             await asyncio.sleep(self._session.options.retry_max_seconds)
 
     def _apply(self, updates: Any) -> None:
-        for filter_update in updates.filterSet or []:
-            for obj_update in filter_update.objectSet or []:
-                key = obj_update.obj._moId
-                if obj_update.kind == "leave":  # left the view (we removed it, or it is gone)
-                    self._props.pop(key, None)
-                    continue
-                values = self._props.setdefault(key, {})
-                for change in obj_update.changeSet or []:
-                    values[change.name] = None if change.op == "remove" else change.val
-                if task_done(values) and isinstance(obj_update.obj, vim.Task):
-                    self._finished[key] = dict(values)
-                watch = self._watches.get(key)
-                if watch is not None and watch.done(values):
-                    # Unregister first, not when the waiters resume: the poll loop must
-                    # see at once whether anything is still watched.
-                    self._unwatch(key, watch)
-                    watch.resolve(values)
+        for key, values in self._seen.apply(updates):
+            watch = self._watches.get(key)
+            if watch is not None and watch.done(values):
+                # Unregister first, not when the waiters resume: the poll loop must
+                # see at once whether anything is still watched.
+                self._unwatch(key, watch)
+                watch.resolve(values)
 
     def _forget(self, key: str, exc: BaseException) -> None:
         """Fail the object's watchers and forget it now: no view change or rebuild may

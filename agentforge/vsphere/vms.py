@@ -60,7 +60,12 @@ async def fetch(session: Session, refs: Sequence[Any]) -> dict[str, facts.VmFact
         subject=f"{len(refs)} VM(s)",
         action="read facts of",
     )
-    return {f.moid: facts.parse_vm(f.moid, f.props) for f in found if not props.is_gone(f)}
+    got = {f.moid: facts.parse_vm(f.moid, f.props) for f in found if not props.is_gone(f)}
+    for fetched in found:  # remember the moref by BIOS UUID (re-checked on every read)
+        vm = got.get(fetched.moid)
+        if vm is not None and vm.bios_uuid:
+            session.cache[("vm", vm.bios_uuid)] = fetched.ref
+    return got
 
 
 async def list_folder(session: Session, where: placement.Placement) -> list[facts.VmFacts]:
