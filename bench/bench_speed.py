@@ -38,6 +38,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from agentforge.api import kinds, names
 from agentforge.settings import Settings
@@ -139,6 +140,8 @@ class Outcome:
     down_requests: VsphereCount
     down_api: ApiCount
     load: tuple[str, str]
+    up_timeline: str
+    down_timeline: str
     notes: list[str]
 
 
@@ -246,6 +249,7 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         # 2. scale-up, with the small pool asking during the burst
         ctx.step(f"[{profile.name}] {POOLS} pools x {REPLICAS}: scale-up")
         load_before = _load()
+        up_seq, up_t0 = await vcsim.control.last_seq(), datetime.now(UTC)
         start = await mark()
         await asyncio.gather(*(world.nodepool(p).scale(REPLICAS) for p in pools))
         burst = min(CAP, vms)
@@ -266,6 +270,9 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
 
         up_done = await _until(all_prepared, within=WITHIN, every=1.0)
         up = await mark()
+        tasks = await _timeline(vcsim, up_seq, up_t0, ("CreateVM_Task", "PowerOnVM_Task"))
+        done = f"; all prepared at +{up_done - start.at:.1f} s" if up_done is not None else ""
+        up_timeline = f"{await _created(world, up_t0)}; {tasks}{done}"
         prepared = await _prepared(world, am_pools)
         await _quiet(proxy, identity, quiet=5.0, within=300)
         settled = await mark()
@@ -279,6 +286,7 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
 
         # 4. scale-down
         ctx.step(f"[{profile.name}] scale-down to 0")
+        down_seq, down_t0 = await vcsim.control.last_seq(), datetime.now(UTC)
         down_start = await mark()
         await asyncio.gather(*(world.nodepool(p).scale(0) for p in [*pools, SMALL]))
 
@@ -287,6 +295,9 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
 
         down_done = await _until(no_vms, within=WITHIN, every=1.0)
         down = await mark()
+        down_timeline = await _timeline(
+            vcsim, down_seq, down_t0, ("PowerOffVM_Task", "Destroy_Task")
+        ) + (f"; no VM left at +{down_done - down_start.at:.1f} s" if down_done is not None else "")
         load_after = _load()
         if not op.running():
             notes.append("the operator exited during the run: see its log")
@@ -307,8 +318,35 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         down_requests=down.vsphere - down_start.vsphere,
         down_api=down.api - down_start.api,
         load=(load_before, load_after),
+        up_timeline=up_timeline,
+        down_timeline=down_timeline,
         notes=notes,
     )
+
+
+async def _timeline(vcsim: Vcsim, since: int, t0: datetime, methods: tuple[str, ...]) -> str:
+    """When vCenter saw each task method called, from the first to the last, after `t0`."""
+    parts = []
+    for method in methods:
+        entries = await vcsim.control.request_log(method, since=since)
+        times = [datetime.fromisoformat(str(e["time"]).replace("Z", "+00:00")) for e in entries]
+        if times:
+            first, last = ((t - t0).total_seconds() for t in (min(times), max(times)))
+            parts.append(f"{method} x{len(times)} at +{first:.1f}..+{last:.1f} s")
+    return "; ".join(parts) or "no tasks"
+
+
+async def _created(world: World, t0: datetime) -> str:
+    """When the VsphereAgents were created (their creationTimestamp: whole seconds)."""
+    vas = (await world.client.list(kinds.VSPHERE_AGENT, namespace=NAMESPACE)).items
+    times = [
+        datetime.fromisoformat(str(va["metadata"]["creationTimestamp"]).replace("Z", "+00:00"))
+        for va in vas
+    ]
+    if not times:
+        return "no VsphereAgent"
+    first, last = ((t - t0).total_seconds() for t in (min(times), max(times)))
+    return f"VsphereAgents x{len(times)} created at +{first:.0f}..+{last:.0f} s"
 
 
 async def _ge(value: Awaitable[int], n: int) -> bool:
@@ -356,6 +394,8 @@ def _report(section: Section, out: Outcome) -> None:
         f"{tag} task delays {p.about}; vcsim keeps each task running that long, locking "
         "nothing (as a busy vCenter does).",
         f"{tag} scale-up vSphere requests: {out.up_requests.breakdown()}.",
+        f"{tag} scale-up timeline (from the NodePools' scale-up): {out.up_timeline}.",
+        f"{tag} scale-down timeline (from the NodePools' scale-down): {out.down_timeline}.",
         f"{tag} scale-up API writes: {out.up_api.breakdown(WRITE_VERBS)} (counted until the "
         f"operator made no request for 5 s); 409 Conflicts: {_conflicts(out.up_api)}.",
         f"{tag} the small pool asked for its VM when {out.small_asked_after} create tasks "

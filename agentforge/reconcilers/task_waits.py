@@ -83,6 +83,11 @@ class TaskWaits:
     def waiting(self, key: ObjectKey) -> bool:
         return key in self._of_key
 
+    def awaiting(self, key: ObjectKey, *, vcenter: str, task: str) -> bool:
+        """`key` waits for `task`, followed by this process and not ended yet: asking
+        vCenter about it now would only hear "running" (its end wakes the key)."""
+        return key in self._waiting.get((vcenter, task), ())
+
     def _told(self, news: vsphere.TaskNews) -> None:
         if news.token is not None and news.token.startswith(self._prefix):
             self._wake(ObjectKey(news.token.removeprefix(self._prefix)))

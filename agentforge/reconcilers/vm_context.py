@@ -78,6 +78,7 @@ class VmContext:
     _pending: list[Edit] = field(default_factory=list, repr=False)
     _pending_ready: Edit | None = field(default=None, repr=False)
     _seen: list[str] = field(default_factory=list, repr=False)
+    _latest: JsonObj | None = field(default=None, repr=False)
 
     @property
     def where(self) -> str:
@@ -108,6 +109,13 @@ class VmContext:
             token=self.waits.token(self.key),
         )
 
+    def awaiting(self, service: vsphere.VsphereService, task: str) -> bool:
+        """This key already waits for `task` (followed, not ended): a pass woken by
+        something else (its own status write) has nothing to ask vCenter."""
+        if self.waits is None or self.key is None:
+            return False
+        return self.waits.awaiting(self.key, vcenter=service.vcenter, task=task)
+
     def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
         """End the pass: reconciled again when `task` (recorded in status) ends."""
         assert self.waits is not None
@@ -123,6 +131,7 @@ class VmContext:
         version = (stored.get("metadata") or {}).get("resourceVersion")
         if isinstance(version, str) and version:
             self._seen.append(version)
+            self._latest = stored
 
     def superseded(self) -> frozenset[str]:
         """The resourceVersions this pass knows to be outdated: the cached one it
@@ -172,6 +181,7 @@ class VmContext:
             namespace=self.agent.metadata.namespace,
             name=self.agent.metadata.name,
             mutate=mutate,
+            start=self._latest or self.raw,  # no GET first while ours is the latest
         )
         self.saw(stored)
         return stored

@@ -348,6 +348,9 @@ async def look_up(
     """Ask about the recorded task, then (unless it runs) look the VM up."""
     task: vsphere.TaskFacts | None = None
     task_gone = False
+    if record.task_ref and ctx.awaiting(service, record.task_ref):
+        task = vsphere.TaskFacts(moid=record.task_ref, state=vsphere.TaskState.RUNNING)
+        return task, vm_decide.resume(record, by_uuid=None, by_name=None, task=task)
     if record.task_ref:
         try:
             task = await service.task(task_ref=record.task_ref)

@@ -46,6 +46,8 @@ async def outcome(
     failure; True when vCenter says the VM was destroyed; False when the VM itself is
     to be asked (the power-off ended, or vCenter forgot the task)."""
     assert deletion.task_ref is not None
+    if ctx.awaiting(service, deletion.task_ref):
+        return ctx.wait_task(service, deletion.task_ref)  # runs on: its end wakes us
     try:
         task = await service.task(task_ref=deletion.task_ref)
     except vsphere.NotFound:

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from agentforge.vsphere import metrics
+
 __all__ = ["DEFAULT_CAP", "Grant", "Slot", "TaskSlots"]
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,7 @@ class TaskSlots:
             self._queued[token] = group
             self._queues.setdefault(group, collections.deque()).append(token)
         self._grant()
+        self._report()
         return None
 
     def cancel(self, token: str) -> None:
@@ -145,12 +148,14 @@ class TaskSlots:
                 del self._queues[group]
         if self._reserved.pop(token, None) is not None:
             self._grant()
+        self._report()
 
     def finished(self, task: str) -> None:
         """The task ended (or vCenter forgot it): its slot frees."""
         if task in self._adopted:
             self._adopted.discard(task)
             self._grant()
+            self._report()
             return
         slot = self._by_task.get(task)
         if slot is not None:
@@ -160,6 +165,7 @@ class TaskSlots:
         """Count a running task an earlier process started (no wait, may exceed the cap)."""
         if task not in self._by_task:
             self._adopted.add(task)
+            self._report()
 
     def holds(self, task: str) -> bool:
         return task in self._by_task or task in self._adopted
@@ -172,7 +178,12 @@ class TaskSlots:
     def _new_slot(self, token: str) -> Slot:
         slot = Slot(self, next(self._ids), token)
         self._held[slot.id] = slot
+        self._report()
         return slot
+
+    def _report(self) -> None:
+        metrics.TASKS_IN_FLIGHT.labels(vcenter=self.name).set(self.in_flight + self.reserved)
+        metrics.TASKS_WAITING.labels(vcenter=self.name).set(self.waiting)
 
     def _bind(self, slot: Slot, task: str) -> None:
         if slot.released:
@@ -189,6 +200,7 @@ class TaskSlots:
         if slot.task is not None and self._by_task.get(slot.task) is slot:
             del self._by_task[slot.task]
         self._grant()
+        self._report()
 
     def _next(self) -> str | None:
         """The next token by round robin over the groups (FIFO within a group)."""
@@ -228,6 +240,7 @@ class TaskSlots:
             )
         if expired:
             self._grant()
+            self._report()
 
     def _schedule(self) -> None:
         """Look at reservations again when the earliest one lapses (no task: a timer)."""

@@ -51,7 +51,7 @@ def test_a_key_waiting_for_a_slot_is_woken_when_one_is_reserved_for_it() -> None
 
 
 def test_another_controllers_tokens_wake_nothing_here() -> None:
-    registry, tasks, woken = waits()
+    registry, _tasks, woken = waits()
     other = TaskWaits(registry, controller="other")
     first = registry.claim_task_slot(VC, group="g", token=other.token(ObjectKey("ns/x")))
     with pytest.raises(vsphere.TaskSlotPending):

@@ -87,7 +87,7 @@ def test_groups_take_turns_and_each_group_keeps_its_order() -> None:
 
 
 def test_asking_again_keeps_the_place_in_line() -> None:
-    cap, granted = slots(1)
+    cap, _granted = slots(1)
     assert cap.claim(group="a", token="a0") is not None
     cap.claim(group="a", token="a1")
     cap.claim(group="a", token="a2")
