@@ -40,7 +40,7 @@ from agentforge.kube.events import EventType
 from agentforge.reconcilers import ejection_decide as decide
 from agentforge.reconcilers import ejection_gate as gate
 from agentforge.reconcilers import ejection_status as status
-from agentforge.reconcilers import pool_specs
+from agentforge.reconcilers import pool_specs, vm_stamp
 from agentforge.reconcilers.ejection_crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm_context import VmContext
 
@@ -143,6 +143,8 @@ async def _run(
         pool, vsphere_agent=ctx.agent.metadata.name
     )
     seen = decide.Observation.of_vm(op.record, op.vm, expected=markers)
+    if await vm_stamp.just_stamped(ctx, service):  # (the stamp a previous pass started)
+        await _stamped(ctx, op.record, markers)
     for _ in range(MAX_STEPS):
         record = op.record
         step = decide.next_step(
@@ -173,17 +175,18 @@ async def _run(
             )
             return Finished(False, Result(requeue_after=POLL_SECONDS))
         if step.kind is S.STAMP:
-            op.vm = await service.stamp_markers(
-                datacenter=record.datacenter, bios_uuid=record.bios_uuid, markers=markers
-            )
-            seen = decide.Observation.of_vm(record, op.vm, expected=markers)
-            await status.emit(
+            stamped = await vm_stamp.ensure_stamped(
                 ctx,
-                EventType.NORMAL,
-                E.MARKERS_STAMPED,
-                f"VM {record.vm_name} had no ownership markers; its BIOS UUID and name are the "
-                f"recorded ones, so {markers.describe()} was stamped before the ejection",
+                service,
+                datacenter=record.datacenter,
+                bios_uuid=record.bios_uuid,
+                markers=markers,
             )
+            if isinstance(stamped, Result):  # the stamp runs; its end wakes the key
+                return Finished(False, stamped)
+            op.vm = stamped
+            seen = decide.Observation.of_vm(record, op.vm, expected=markers)
+            await _stamped(ctx, record, markers)
         elif step.kind is S.RECORD_QUESTION:
             assert step.question_id is not None
             await _record_question(ctx, op, question_id=step.question_id, task=seen.task_id)
@@ -198,6 +201,18 @@ async def _run(
                 return Finished(False, ctx.wait_task(service, observed.task))
             seen = observed
     return Finished(False, Result(requeue_after=POLL_SECONDS))
+
+
+async def _stamped(
+    ctx: VmContext, record: ISOEjectionRecord, markers: vsphere.OwnershipMarkers
+) -> None:
+    await status.emit(
+        ctx,
+        EventType.NORMAL,
+        E.MARKERS_STAMPED,
+        f"VM {record.vm_name} had no ownership markers; its BIOS UUID and name are the "
+        f"recorded ones, so {markers.describe()} was stamped before the ejection",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,12 @@ reports every followed task that ended and every slot reserved for a waiting key
 enqueued at once, as `login_waits` does for logins. The next reconcile reads the
 task's outcome from vCenter by the recorded moref, or claims its reserved slot.
 
-A report that arrives before the key registered (the task ended while its reference
-was being written) is remembered for a while, so registering then wakes the key at
-once. A requeue after `TASK_RECHECK_S` / `SLOT_RECHECK_S` is the fallback should a
-report be lost; a deleted object's reservation and place in line are given up
+A task whose reference no status field records (adoption's marker stamp) is noted here
+instead (`note`), so the next pass still reads its outcome; after a restart the VM's
+markers tell. A report that arrives before the key registered (the task ended while
+its reference was being written) is remembered for a while, so registering then wakes
+the key at once. A requeue after `TASK_RECHECK_S` / `SLOT_RECHECK_S` is the fallback
+should a report be lost; a deleted object's reservation and place in line are given up
 (`forget`).
 """
 
@@ -45,6 +47,7 @@ class TaskWaits:
         self._waiting: dict[_Task, set[ObjectKey]] = {}
         self._of_key: dict[ObjectKey, set[_Task]] = {}
         self._ended: collections.OrderedDict[_Task, None] = collections.OrderedDict()
+        self._noted: dict[tuple[ObjectKey, str], _Task] = {}
         self._enqueue: Enqueue | None = None
         self.unsubscribe = registry.subscribe_tasks(self._told)
 
@@ -70,8 +73,20 @@ class TaskWaits:
         """`key` waits for a task slot (it is in line already); the result to return."""
         return Result(requeue_after=SLOT_RECHECK_S)
 
+    def note(self, key: ObjectKey, purpose: str, *, vcenter: str, task: str) -> None:
+        """Remember the task `key` started for `purpose` when no status field records
+        it (a marker stamp): the next pass asks vCenter how it ended."""
+        self._noted[(key, purpose)] = (vcenter, task)
+
+    def noted(self, key: ObjectKey, purpose: str, *, vcenter: str) -> str | None:
+        """The task noted for `purpose`, and forget it (its outcome is read once)."""
+        item = self._noted.pop((key, purpose), None)
+        return item[1] if item is not None and item[0] == vcenter else None
+
     def forget(self, key: ObjectKey) -> None:
         """`key` waits for nothing any more (its object is gone)."""
+        for noted in [k for k in self._noted if k[0] == key]:
+            del self._noted[noted]
         for item in self._of_key.pop(key, set()):
             keys = self._waiting.get(item)
             if keys is not None:

@@ -18,7 +18,7 @@ pass reads the outcome from vCenter by the recorded moref. No worker waits on a 
    the pool's hardware, placement and tags, the cached ISO as CD-ROM, and the
    markers; its moref goes into `status.creation.taskRef` and the pass ends. (A name
    our own VM already holds is taken over: step 5 at once.)
-5. Woken, the pass reads the recorded task and looks the VM up (`look_up`,
+5. Woken, the pass reads the recorded task and looks the VM up (`vm_lookup.look_up`,
    `vm_decide.resume`): still running -> nothing; our VM, not running -> tags, then
    `PowerOnVM_Task` started, recorded with the VM's identity (phase `PowerOnIssued`,
    `taskRef` the power-on), the pass ends; our VM running -> step 6; absent after a
@@ -39,19 +39,17 @@ VsphereAgent). Waiting is no failure: Ready=False `VMCreating`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
 from typing import Final
 
 from agentforge import vsphere
-from agentforge.api import identity
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import naming, pool_specs, vm_decide
+from agentforge.reconcilers import naming, pool_specs, vm_decide, vm_lookup
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
 from agentforge.reconcilers.vm_context import (
@@ -64,7 +62,7 @@ from agentforge.reconcilers.vm_context import (
 )
 from agentforge.vsphere import metrics as vmetrics
 
-__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "look_up", "vm_name"]
+__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "vm_name"]
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +117,7 @@ async def ensure_created(ctx: VmContext) -> Result | None:
     if record is None:
         return await _begin(ctx, service)
     try:
-        task, plan = await look_up(service, ctx, record)
+        task, plan = await vm_lookup.look_up(service, ctx, record)
     except vsphere.VsphereError as exc:
         await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
         return Result(requeue=True)
@@ -272,7 +270,7 @@ def _request(ctx: VmContext, record: CreationRecord) -> vsphere.VmRequest:
     assert pool is not None
     return vsphere.VmRequest(
         name=record.vm_name,
-        placement=_placement(ctx, record),
+        placement=vm_lookup.placement(ctx, record),
         hardware=pool_specs.hardware(pool),
         iso_file=record.iso_path or pool_specs.iso_backing(pool, pool.status.iso.path or ""),
         markers=vm_decide.record_markers(record),
@@ -291,13 +289,6 @@ def _checkpoint(record: CreationRecord) -> Edit:
         base(obj)
 
     return edit
-
-
-def _placement(ctx: VmContext, record: CreationRecord) -> vsphere.Placement:
-    assert ctx.pool is not None
-    return dataclasses.replace(
-        pool_specs.placement(ctx.pool), datacenter=record.datacenter, folder=record.folder
-    )
 
 
 async def _record_task(
@@ -340,56 +331,6 @@ def _failed_attempt_edit(record: CreationRecord, *, drop_task: bool = False) -> 
                 creation.pop("taskRef", None)  # its outcome is reported: not again
 
     return edit
-
-
-async def look_up(
-    service: vsphere.VsphereService, ctx: VmContext, record: CreationRecord
-) -> tuple[vsphere.TaskFacts | None, vm_decide.Resume]:
-    """Ask about the recorded task, then (unless it runs) look the VM up."""
-    task: vsphere.TaskFacts | None = None
-    task_gone = False
-    if record.task_ref and ctx.awaiting(service, record.task_ref):
-        task = vsphere.TaskFacts(moid=record.task_ref, state=vsphere.TaskState.RUNNING)
-        return task, vm_decide.resume(record, by_uuid=None, by_name=None, task=task)
-    if record.task_ref:
-        try:
-            task = await service.task(task_ref=record.task_ref)
-        except vsphere.NotFound:
-            task_gone = True  # forgotten by vCenter: not "absent", look by UUID and name
-        if task is not None and task.running:
-            await service.follow_task(task_ref=record.task_ref)  # (after a restart)
-            return task, vm_decide.resume(record, by_uuid=None, by_name=None, task=task)
-    recorded = ctx.agent.status.vm
-    if (
-        task is not None
-        and task.state is vsphere.TaskState.SUCCESS
-        and record.phase == P.POWER_ON_ISSUED
-        and recorded is not None
-        and identity.normalize_uuid(recorded.bios_uuid) == identity.normalize_uuid(record.bios_uuid)
-    ):
-        # vCenter says the recorded power-on succeeded: the VM runs, and its identity
-        # was recorded with the power-on; no lookup needed.
-        return task, vm_decide.Resume(vm_decide.ResumeStep.RECORD)
-    by_uuid = None
-    if task is not None and task.result_moid:
-        by_uuid = await service.vm_by_moid(moid=task.result_moid)
-    if by_uuid is None:
-        by_uuid = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
-    by_name = None
-    placement = _placement(ctx, record)
-    if by_uuid is None:
-        by_name = await service.vm_by_name(placement=placement, name=record.vm_name)
-    in_flight: list[vsphere.TaskFacts] = []
-    if by_uuid is None and by_name is None:
-        in_flight = await service.creates_in_flight(placement=placement)
-    return task, vm_decide.resume(
-        record,
-        by_uuid=by_uuid,
-        by_name=by_name,
-        task=task,
-        task_gone=task_gone,
-        creates_in_flight=in_flight,
-    )
 
 
 async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:

@@ -53,7 +53,15 @@ from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import indexes, pool_specs, vm_create, vm_decide, vm_delete_tasks
+from agentforge.reconcilers import (
+    indexes,
+    pool_specs,
+    vm_create,
+    vm_decide,
+    vm_delete_tasks,
+    vm_lookup,
+    vm_stamp,
+)
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
 from agentforge.reconcilers.snapshot import agent_facts, identifies, identity_conflicts
@@ -154,14 +162,14 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
 async def _creation_settled(ctx: VmContext) -> Result | None:
     """A creation record means a create may still be running in vCenter (a crash, or a
     delete while it ran): its VM could appear after the lookup and outlive the
-    VsphereAgent. The record is resumed as a restart would (`vm_create.look_up`:
+    VsphereAgent. The record is resumed as a restart would (`vm_lookup.look_up`:
     the recorded task is asked about, else any `CreateVM_Task` in the folder) and the
     VM is looked for only once nothing may still make it. None once settled, else the
     result of waiting (for the recorded task's end, or a while)."""
     record = ctx.agent.status.creation
     assert record is not None
     service = await ctx.service()
-    task, resumed = await vm_create.look_up(service, ctx, record)
+    task, resumed = await vm_lookup.look_up(service, ctx, record)
     if resumed.step is not vm_decide.ResumeStep.WAIT:
         return None
     await ctx.ready(
@@ -322,7 +330,11 @@ async def _delete_vm(
         return actual.bound
     unapproved = [await _unapprove(ctx, agent) for agent in actual.unbound]
     if owned is vm_decide.Ownership.UNMARKED_MATCH:
-        await service.stamp_markers(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected)
+        stamped = await vm_stamp.ensure_stamped(
+            ctx, service, datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
+        )
+        if isinstance(stamped, Result):
+            return stamped  # the stamp runs; its end wakes this VsphereAgent
     started = await vm_delete_tasks.start(
         ctx, service, vm=vm, datacenter=datacenter, markers=expected
     )

@@ -129,6 +129,18 @@ class VsphereService:
             slot=slot,
         )
 
+    async def start_stamp(
+        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers, slot: Slot
+    ) -> tuple[facts.VmFacts, str | None]:
+        """Our markers on an unmarked VM, started: its facts and the task (None: ours)."""
+        return await vms.start_stamp(
+            await self.session(),
+            datacenter_name=datacenter,
+            bios_uuid=bios_uuid,
+            wanted=markers,
+            slot=slot,
+        )
+
     async def follow_task(self, *, task_ref: str) -> None:
         """Report the end of a task found running (one an earlier process started)."""
         session = await self.session()

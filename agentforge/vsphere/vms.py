@@ -313,6 +313,46 @@ async def stamp(
         return (await fetch(session, [ref]))[got.moid]
 
 
+async def start_stamp(
+    session: Session,
+    *,
+    datacenter_name: str,
+    bios_uuid: str,
+    wanted: markers.OwnershipMarkers,
+    slot: Slot,
+) -> tuple[facts.VmFacts, str | None]:
+    """`stamp`, started and not waited for: the VM's facts and the reconfigure's moref
+    (followed), or None when the VM is ours already. `slot` is bound or released."""
+    try:
+        with metrics.failures("vm", "stamp"):
+            got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
+            if got is None:
+                raise errors.NotFound(
+                    f"VM with BIOS UUID {bios_uuid} not found in datacenter {datacenter_name}",
+                    subject=f"VM {bios_uuid}",
+                )
+            verdict = markers.verdict(found=got.markers, expected=wanted)
+            if verdict is markers.Verdict.FOREIGN:
+                raise errors.OwnershipMismatch(
+                    f"VM {got.name} carries another owner's markers; not stamping "
+                    f"{wanted.describe()} over them",
+                    subject=f"VM {got.name}",
+                )
+            if verdict is markers.Verdict.OURS:
+                return got, None
+            ref = ref_of(session, got.moid)
+            spec = specs.stamp_spec(wanted)
+            task = await session.call(
+                lambda: ref.ReconfigVM_Task(spec=spec),
+                subject=f"VM {got.name}",
+                action="stamp ownership markers on",
+            )
+            return got, task_follow.follow(session, task, slot=slot)
+    finally:
+        if slot.task is None:
+            slot.release()
+
+
 def require_ours(got: facts.VmFacts, expected: markers.OwnershipMarkers, *, action: str) -> None:
     verdict = markers.verdict(found=got.markers, expected=expected)
     if verdict is not markers.Verdict.OURS:

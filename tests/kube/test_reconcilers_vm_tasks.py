@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentforge import vsphere
-from agentforge.api import kinds
+from agentforge.api import kinds, names
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import World
 
@@ -293,3 +293,60 @@ async def test_a_pool_asking_for_one_vm_during_another_pools_burst_is_served_in_
 
 async def small_started_within(world: World, check: Any) -> int:
     return int(await world.wait_for("the small pool's create to begin", check, deadline=60)) - 1
+
+
+# --- adoption's marker stamp ------------------------------------------------------------
+
+
+async def adopting(world: World, name: str) -> vsphere.VmFacts:
+    legacy = await world.unmarked_vm(world.unique(f"legacy-{name}"))
+    await world.create_vsphere_agent(
+        name,
+        labels={names.LABEL_CREATED_FOR: names.CreatedFor.ADOPTED.value},
+        annotations={
+            names.ANNOTATION_VM_NAME: legacy.name,
+            names.ANNOTATION_VM_BIOS_UUID: legacy.bios_uuid or "",
+        },
+    )
+    return legacy
+
+
+async def test_one_worker_starts_every_adopted_vms_stamp_before_the_first_one_ends(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    await vcsim_control.set_delay("ReconfigVM_Task", 8000, stage="task")
+    async with world.run():
+        await pool_with_iso(world)
+        legacy = [await adopting(world, name) for name in ("old1", "old2")]
+
+        async def both_started() -> bool:
+            return len(await vcsim_control.request_log("ReconfigVM_Task")) >= 2
+
+        await world.wait_for("both stamps started", both_started)
+        for vm in legacy:  # neither stamp has ended: the worker did not wait on one
+            found = await vm_of(world, vm.bios_uuid or "")
+            assert found is not None
+            assert dict(found.markers) == {}
+        await vcsim_control.set_delay("ReconfigVM_Task", 0, stage="task")
+        for name in ("old1", "old2"):
+            await world.condition(VA, name, "Ready", status="True", reason="VMAdopted")
+    for vm in legacy:
+        found = await vm_of(world, vm.bios_uuid or "")
+        assert found is not None
+        assert found.markers  # stamped
+    assert calls(await vcsim_control.counters(), "ReconfigVM_Task") == 2
+
+
+async def test_a_failed_stamp_is_reported_then_stamped_again(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    await vcsim_control.fail_next_tasks("ReconfigVM_Task", 1, "GenericVmConfigFault")
+    async with world.run():
+        await pool_with_iso(world)
+        await adopting(world, "old1")
+        await world.condition(VA, "old1", "Ready", status="True", reason="VMAdopted")
+    reported = await world.events("AdoptedVMUnavailable")  # (the condition was brief)
+    assert len(reported) == 1
+    assert reported[0]["type"] == "Warning"
+    assert "GenericVmConfigFault" in reported[0]["message"] or "failed" in reported[0]["message"]
+    assert calls(await vcsim_control.counters(), "ReconfigVM_Task") == 2
