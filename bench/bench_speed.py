@@ -43,6 +43,8 @@ from datetime import UTC, datetime
 from agentforge.api import kinds, names
 from agentforge.settings import Settings
 from bench.bench_capacity import (
+    GO_LOGINS_PER_VM,
+    GO_REQUESTS_PER_VM,
     WRITE_VERBS,
     ApiCount,
     Mark,
@@ -139,6 +141,7 @@ class Outcome:
     down_s: float | None
     down_requests: VsphereCount
     down_api: ApiCount
+    logins: int
     load: tuple[str, str]
     up_timeline: str
     down_timeline: str
@@ -224,6 +227,8 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
 
         async def mark() -> Mark:
             return await _mark(proxy, identity, world, vcsim, profile_q)
+
+        first = await mark()
 
         # 1. pools and their ISOs, before any demand
         await asyncio.gather(
@@ -317,6 +322,7 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         down_s=down_done - down_start.at if down_done is not None else None,
         down_requests=down.vsphere - down_start.vsphere,
         down_api=down.api - down_start.api,
+        logins=down.vsphere.logins - first.vsphere.logins,
         load=(load_before, load_after),
         up_timeline=up_timeline,
         down_timeline=down_timeline,
@@ -390,6 +396,18 @@ def _report(section: Section, out: Outcome) -> None:
         Goal.at_most(RATIO_GOAL),
     )
     section.add(f"{tag}   vSphere requests", out.down_requests.requests, "requests")
+    per_vm = (out.up_requests.requests + out.down_requests.requests) / out.vms
+    section.add(f"{tag} vSphere requests per VM lifecycle (create + delete)", per_vm, "requests")
+    section.add(
+        f"{tag}   / the Go operator's ({GO_REQUESTS_PER_VM} per lifecycle)",
+        per_vm / GO_REQUESTS_PER_VM,
+        "ratio",
+    )
+    section.add(
+        f"{tag} vSphere logins, whole run (Go operator: {GO_LOGINS_PER_VM} per VM)",
+        out.logins,
+        "logins",
+    )
     section.notes += [
         f"{tag} task delays {p.about}; vcsim keeps each task running that long, locking "
         "nothing (as a busy vCenter does).",

@@ -43,6 +43,7 @@ from agentforge.reconcilers import ejection_status as status
 from agentforge.reconcilers import pool_specs, vm_stamp
 from agentforge.reconcilers.ejection_crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm_context import VmContext
+from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["Finished", "carry_out", "restarted"]
 
@@ -76,6 +77,9 @@ class _Op:
 
     record: ISOEjectionRecord
     vm: vsphere.VmFacts | None
+    counted: bool = False
+    """The vSphere layer counted this disconnect's end (a disconnect that ended within
+    its own call); one that ended while followed is counted when observed."""
 
 
 def restarted(record: ISOEjectionRecord, *, now: datetime) -> ISOEjectionRecord:
@@ -151,6 +155,8 @@ async def _run(
             record, seen, server=service.credentials.netloc, finalizing=finalizing
         )
         if step.kind is S.DONE:
+            if record.task_ref and not op.counted:  # a followed disconnect that ended
+                vmetrics.iso_op("eject", vsphere.EjectState.EJECTED.value)
             return await _done(ctx, pool, record, op.vm, step.message, finalizing=finalizing)
         if step.kind is S.DROP:
             message = f"ejection abandoned while the VsphereAgent is deleted: {step.message}"
@@ -256,6 +262,7 @@ async def _issue(
             slot.release()
     if outcome.state is vsphere.EjectState.QUESTION_PENDING:
         reached(CrashPoint.DISCONNECT_ISSUED)
+    op.counted = outcome.state is vsphere.EjectState.EJECTED
     if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
         op.record = await status.checkpoint(
             ctx,
