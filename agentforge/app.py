@@ -138,6 +138,7 @@ def vsphere_options(settings: Settings) -> vsphere.SessionOptions:
         max_workers=settings.vsphere_max_workers,
         calls_per_second=settings.vsphere_qps,
         burst=settings.vsphere_burst,
+        max_tasks_in_flight=settings.vsphere_max_tasks_in_flight,
         connect_timeout_seconds=settings.vsphere_connect_timeout.total_seconds(),
         login_timeout_seconds=settings.vsphere_login_timeout.total_seconds(),
         http_timeout_seconds=call_timeout,

@@ -194,10 +194,11 @@ class Settings(BaseModel):
     lease_duration: Duration = timedelta(seconds=15)
     renew_deadline: Duration = timedelta(seconds=10)
     retry_period: Duration = timedelta(seconds=2)
-    max_concurrent_reconciles: int = Field(default=1, ge=1, le=256)
+    max_concurrent_reconciles: int = Field(default=4, ge=1, le=256)
     vsphere_max_workers: int = Field(default=8, ge=1, le=128)
     vsphere_qps: float = Field(default=50.0, gt=0, le=10_000)
     vsphere_burst: int = Field(default=100, ge=1, le=100_000)
+    vsphere_max_tasks_in_flight: int = Field(default=64, ge=1, le=640)
     credentials_refresh_interval: Duration = timedelta(minutes=1)
     vsphere_connect_timeout: Duration = timedelta(seconds=10)
     vsphere_login_timeout: Duration = timedelta(seconds=30)
@@ -483,7 +484,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_concurrent_reconciles",
         "--max-concurrent-reconciles",
-        "workers per controller (default 1)",
+        "reconciles one controller runs at once (default 4); no reconcile waits on a "
+        "vCenter task, so this bounds reconcile CPU and API work, not VMs in flight",
         "use a whole number from 1 to 256",
         metavar="N",
     ),
@@ -497,7 +499,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "vsphere_qps",
         "--vsphere-qps",
-        "vSphere calls per second allowed per vCenter session (default 50)",
+        "vSphere calls per second allowed per vCenter (default 50)",
         "use a positive number such as 50",
         metavar="QPS",
     ),
@@ -506,6 +508,15 @@ OPTIONS: tuple[Option, ...] = (
         "--vsphere-burst",
         "vSphere calls allowed in a burst above --vsphere-qps (default 100)",
         "use a whole number such as 100",
+        metavar="N",
+    ),
+    Option(
+        "vsphere_max_tasks_in_flight",
+        "--vsphere-max-tasks-in-flight",
+        "vCenter tasks (create, power on/off, destroy, CD-ROM disconnect) in flight at "
+        "once per vCenter, shared by the pools in turn (default 64: a tenth of the about "
+        "640 operations vCenter runs at once)",
+        "use a whole number from 1 to 640",
         metavar="N",
     ),
     Option(

@@ -3,12 +3,14 @@ checkpoints that make its two slow vSphere operations safe across restarts.
 
 Creating a VM and ejecting its discovery ISO both change vSphere in several steps.
 Before the first step the intent is written to status (`status.creation`,
-`status.isoEjection`) and read back; each further step is recorded before it is
-taken. After a crash the record, not memory, says what to resume, and a record is
-cleared only after success. `isoEjection` keeps every field of the Go operator's
-record (`vmName`, `biosUUID`, `ownerUID`, `datacenter`, `deviceKey`, `isoPath`,
-`startedAt`, `disconnectStarted`, `questionID`), so an operation either operator
-recorded can be finished by the other.
+`status.isoEjection`) and read back; each further step is recorded before it is taken,
+and the reference of each vSphere task once it has started (`taskRef`), so the next
+reconcile reads how it ended instead of a worker waiting for it. Deleting the VM records
+its tasks the same way (`status.deletion`). After a crash the record, not memory, says
+what to resume, and a record is cleared only after success. `isoEjection` keeps every
+field of the Go operator's record (`vmName`, `biosUUID`, `ownerUID`, `datacenter`,
+`deviceKey`, `isoPath`, `startedAt`, `disconnectStarted`, `questionID`), so an operation
+either operator recorded can be finished by the other.
 """
 
 from __future__ import annotations
@@ -95,6 +97,35 @@ class CreationRecord(KubeModel):
     """When the creation was recorded."""
     attempts: Count = 0
     """Failed attempts so far (a failed, half-created VM is removed before a retry)."""
+
+
+class DeletionPhase(StrEnum):
+    """The task last started to delete the VM, recorded once it has started."""
+
+    POWER_OFF_ISSUED = "PowerOffIssued"
+    """PowerOffVM_Task started; next, destroy."""
+    DESTROY_ISSUED = "DestroyIssued"
+    """Destroy_Task started; next, the VM's Agents and the finalizer."""
+
+
+class DeletionRecord(KubeModel):
+    """The deletion of the VM in flight (`status.deletion`), while the VsphereAgent is
+    finalized: the vSphere task last started, so the next pass (or a restart) asks
+    vCenter how it ended instead of waiting for it. The VM is always looked up again
+    by its BIOS UUID and its markers checked before the next step."""
+
+    vm_name: str = Field(min_length=1)
+    """The VM's name (for messages; identity is the UUID)."""
+    bios_uuid: BiosUUID = Field(alias="biosUUID")
+    """The BIOS UUID of the VM being deleted."""
+    phase: OpenEnum[DeletionPhase]
+    """The step whose task was started (values in `DeletionPhase`)."""
+    task_ref: str | None = None
+    """The managed object reference of that task, until its outcome was reported."""
+    started_at: Time
+    """When the task was started."""
+    attempts: Count = 0
+    """Failed tasks so far."""
 
 
 class ISOEjectionPhase(StrEnum):
@@ -255,6 +286,9 @@ class VsphereAgentStatus(KubeModel):
     handover: HandoverRecord | None = None
     """Set by the pool controller while the VM is spare or being handed to another
     AgentMachine of the pool."""
+    deletion: DeletionRecord | None = None
+    """The VM's deletion in flight while the VsphereAgent is deleted: the task last
+    started (power off, destroy)."""
     conditions: Conditions = Field(default_factory=list)
     """Ready and ISOEjected."""
 

@@ -315,6 +315,7 @@ class KubeClient:
         name: str,
         mutate: Mutation,
         attempts: int = 5,
+        start: Mapping[str, Any] | None = None,
     ) -> JsonObj:
         """GET, `mutate(copy)`, PUT `/status` with its resourceVersion; redo on 409.
 
@@ -322,9 +323,22 @@ class KubeClient:
         write, or None when nothing needs writing (then the fresh object is returned
         and no write is made). After `attempts` conflicts the last `errors.Conflict`
         is raised. `errors.NotFound` from the GET propagates.
+
+        `start`: the object as the caller last saw it stored (its cache, or its own last
+        write): the first attempt mutates it instead of a GET. A stale `start` costs a
+        409 and the usual GET; a `start` that needs no write is not trusted to say so
+        (the GET decides).
         """
         last: errors.Conflict | None = None
         for attempt in range(1, attempts + 1):
+            if attempt == 1 and start is not None:
+                desired = mutate(copy.deepcopy(dict(start)))
+                if desired is not None:
+                    try:
+                        return await self.replace_status(kind, desired)
+                    except errors.Conflict as exc:
+                        last = exc
+                        continue
             current = await self.get(kind, namespace=namespace, name=name)
             desired = mutate(copy.deepcopy(current))
             if desired is None:

@@ -7,8 +7,9 @@ Two steps, each recorded before the next (0002 step 7):
    folder); when its name (and the pinned UUID) match, `status.vm.{name,biosUUID}` is
    written. That record is what every later step compares with.
 2. Take over: the VM is looked up by the recorded UUID; its name and UUID must match
-   the record. Our markers -> adopted; unmarked -> our markers are stamped; another
-   owner's markers -> `VMOwnershipMismatch`, nothing touched. Then MAC and the rest
+   the record. Our markers -> adopted; unmarked -> our markers are stamped (a task
+   started, not waited for: `vm_stamp`); another owner's markers ->
+   `VMOwnershipMismatch`, nothing touched. Then MAC and the rest
    of the identity are recorded and Ready=True `VMAdopted`.
 
 A VM that cannot be found is reported (`AdoptedVMUnavailable`) and looked for again
@@ -22,7 +23,7 @@ from agentforge.api import identity, names
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import pool_specs, vm_decide
+from agentforge.reconcilers import pool_specs, vm_decide, vm_stamp
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
 from agentforge.reconcilers.vm_context import VmContext, identity_edit
@@ -88,9 +89,12 @@ async def ensure_adopted(ctx: VmContext) -> Result | None:
                 ),
             )
         if decision.step is vm_decide.AdoptStep.STAMP:
-            vm = await service.stamp_markers(
-                datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
+            stamped = await vm_stamp.ensure_stamped(
+                ctx, service, datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
             )
+            if isinstance(stamped, Result):
+                return stamped  # the stamp runs; its end wakes this VsphereAgent
+            vm = stamped
     except (vsphere.VsphereError, CredentialsError) as exc:
         return await _unavailable(ctx, f"adopting VM {name} failed: {exc}", retry=True)
     message = f"VM {vm.name} (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac}) adopted"

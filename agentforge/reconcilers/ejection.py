@@ -107,6 +107,9 @@ async def _resume(
     """The recorded operation only: read the VM by the recorded UUID, then carry on."""
     try:
         service = await ctx.service()
+        if record.task_ref and ctx.awaiting(service, record.task_ref):
+            # (a pass woken by our own write while the reconfigure runs: nothing to ask)
+            return run.Finished(False, ctx.wait_task(service, record.task_ref))
         vm = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
     except (CredentialsError, vsphere.VsphereError) as exc:
         await status.failed(

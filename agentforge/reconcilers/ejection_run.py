@@ -16,8 +16,11 @@ module applies it and observes again. The order of effects is the safety argumen
    someone else's finished).
 
 Refusals (changed media, another question, not our VM) touch nothing, keep the
-record, set `EjectionFailed` and retry with the queue's backoff. Waits for a vSphere
-task are bounded (`TASK_WAIT_SECONDS`), so a stuck task never holds a worker.
+record, set `EjectionFailed` and retry with the queue's backoff. No worker waits on
+the reconfigure (docs/design/0005): it takes a task slot of the vCenter, and while it
+runs without a question the pass ends (its moref checkpointed in the record when we
+started it); its end, or a question the VM raises meanwhile, reconciles the
+VsphereAgent again (`task_waits`), which observes afresh and carries on.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from agentforge.kube.events import EventType
 from agentforge.reconcilers import ejection_decide as decide
 from agentforge.reconcilers import ejection_gate as gate
 from agentforge.reconcilers import ejection_status as status
-from agentforge.reconcilers import pool_specs
+from agentforge.reconcilers import pool_specs, vm_stamp
 from agentforge.reconcilers.ejection_crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm_context import VmContext
+from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["Finished", "carry_out", "restarted"]
 
@@ -73,6 +77,9 @@ class _Op:
 
     record: ISOEjectionRecord
     vm: vsphere.VmFacts | None
+    counted: bool = False
+    """The vSphere layer counted this disconnect's end (a disconnect that ended within
+    its own call); one that ended while followed is counted when observed."""
 
 
 def restarted(record: ISOEjectionRecord, *, now: datetime) -> ISOEjectionRecord:
@@ -140,12 +147,16 @@ async def _run(
         pool, vsphere_agent=ctx.agent.metadata.name
     )
     seen = decide.Observation.of_vm(op.record, op.vm, expected=markers)
+    if await vm_stamp.just_stamped(ctx, service):  # (the stamp a previous pass started)
+        await _stamped(ctx, op.record, markers)
     for _ in range(MAX_STEPS):
         record = op.record
         step = decide.next_step(
             record, seen, server=service.credentials.netloc, finalizing=finalizing
         )
         if step.kind is S.DONE:
+            if record.task_ref and not op.counted:  # a followed disconnect that ended
+                vmetrics.iso_op("eject", vsphere.EjectState.EJECTED.value)
             return await _done(ctx, pool, record, op.vm, step.message, finalizing=finalizing)
         if step.kind is S.DROP:
             message = (
@@ -172,57 +183,98 @@ async def _run(
             )
             return Finished(False, Result(requeue_after=POLL_SECONDS))
         if step.kind is S.STAMP:
-            op.vm = await service.stamp_markers(
-                datacenter=record.datacenter, bios_uuid=record.bios_uuid, markers=markers
-            )
-            seen = decide.Observation.of_vm(record, op.vm, expected=markers)
-            await status.emit(
+            stamped = await vm_stamp.ensure_stamped(
                 ctx,
-                EventType.NORMAL,
-                E.MARKERS_STAMPED,
-                f"VM {record.vm_name} had no ownership markers; its BIOS UUID and name are the "
-                f"recorded ones, so {markers.describe()} was stamped before the ejection",
+                service,
+                datacenter=record.datacenter,
+                bios_uuid=record.bios_uuid,
+                markers=markers,
             )
-        elif step.kind is S.ISSUE:
-            seen = await _issue(ctx, service, op, markers)
+            if isinstance(stamped, Result):  # the stamp runs; its end wakes the key
+                return Finished(False, stamped)
+            op.vm = stamped
+            seen = decide.Observation.of_vm(record, op.vm, expected=markers)
+            await _stamped(ctx, record, markers)
         elif step.kind is S.RECORD_QUESTION:
             assert step.question_id is not None
             await _record_question(ctx, op, question_id=step.question_id, task=seen.task_id)
-        elif step.kind is S.ANSWER:
-            await _answer(ctx, service, op, markers)
-            seen = await _follow(service, op, markers)
-        else:  # FOLLOW
-            seen = await _follow(service, op, markers)
+        else:  # ISSUE, ANSWER, FOLLOW: each ends observing the reconfigure
+            if step.kind is S.ISSUE:
+                observed = await _issue(ctx, service, op, markers)
+            else:
+                if step.kind is S.ANSWER:
+                    await _answer(ctx, service, op, markers)
+                observed = await _follow(ctx, service, op, markers)
+            if isinstance(observed, _Running):  # the pass ends; its end wakes the key
+                return Finished(False, ctx.wait_task(service, observed.task))
+            seen = observed
     return Finished(False, Result(requeue_after=POLL_SECONDS))
+
+
+async def _stamped(
+    ctx: VmContext, record: ISOEjectionRecord, markers: vsphere.OwnershipMarkers
+) -> None:
+    await status.emit(
+        ctx,
+        EventType.NORMAL,
+        E.MARKERS_STAMPED,
+        f"VM {record.vm_name} had no ownership markers; its BIOS UUID and name are the "
+        f"recorded ones, so {markers.describe()} was stamped before the ejection",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """Our reconfigure runs without a question: followed, not waited for."""
+
+    task: str
 
 
 async def _issue(
     ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
-) -> decide.Observation:
-    """Checkpoint DisconnectIssued (a confirming read when already there), then send it."""
+) -> decide.Observation | _Running:
+    """Claim a task slot, checkpoint DisconnectIssued (a confirming read when already
+    there), then send it; a reconfigure that runs on gets its moref checkpointed."""
     record = op.record
     first = record.phase is P.RECORDED
-    op.record = record = await status.checkpoint(
-        ctx,
-        record,
-        record.advanced(P.DISCONNECT_ISSUED) if first else record,
-        reason=R.EJECTION_IN_PROGRESS,
-        message=f"disconnecting CD-ROM {record.device_key} of VM {record.vm_name} "
-        f"({record.iso_path})",
-    )
-    if first:
-        reached(CrashPoint.DISCONNECT_RECORDED)
-    outcome = await _bounded(
-        service.eject_cdrom(
-            datacenter=record.datacenter,
-            vm_uuid=record.bios_uuid,
-            device_key=record.device_key,
-            expected_backing=record.iso_path,
-            markers=markers,
+    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    try:
+        op.record = record = await status.checkpoint(
+            ctx,
+            record,
+            record.advanced(P.DISCONNECT_ISSUED) if first else record,
+            reason=R.EJECTION_IN_PROGRESS,
+            message=f"disconnecting CD-ROM {record.device_key} of VM {record.vm_name} "
+            f"({record.iso_path})",
         )
-    )
+        if first:
+            reached(CrashPoint.DISCONNECT_RECORDED)
+        outcome = await _bounded(
+            service.eject_cdrom(
+                datacenter=record.datacenter,
+                vm_uuid=record.bios_uuid,
+                device_key=record.device_key,
+                expected_backing=record.iso_path,
+                markers=markers,
+                slot=slot,
+            )
+        )
+    finally:
+        if slot is not None and slot.task is None:
+            slot.release()
     if outcome.state is vsphere.EjectState.QUESTION_PENDING:
         reached(CrashPoint.DISCONNECT_ISSUED)
+    op.counted = outcome.state is vsphere.EjectState.EJECTED
+    if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
+        op.record = await status.checkpoint(
+            ctx,
+            record,
+            record.advanced(P.DISCONNECT_ISSUED, task_ref=outcome.task_id),
+            reason=R.EJECTION_IN_PROGRESS,
+            message=f"disconnecting CD-ROM {record.device_key} of VM {record.vm_name} "
+            f"({record.iso_path}): task {outcome.task_id} runs",
+        )
+        return _Running(outcome.task_id)
     return decide.Observation.of_outcome(record, outcome)
 
 
@@ -279,16 +331,31 @@ async def _answer(
 
 
 async def _follow(
-    service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
-) -> decide.Observation:
-    """Wait for a reconfigure running on the VM. One that is not provably ours (its task
-    is not the recorded one) ending is checked against fresh facts, never trusted."""
+    ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
+) -> decide.Observation | _Running:
+    """Observe a reconfigure running on the VM: its question, or (running on) follow
+    it. One that is not provably ours (its task is not the recorded one) ending is
+    checked against fresh facts, never trusted."""
     record = op.record
-    outcome = await _bounded(
-        service.resume_eject(
-            datacenter=record.datacenter, vm_uuid=record.bios_uuid, device_key=record.device_key
+    if ctx.waits is None:  # outside a controller: wait, as scripts do
+        outcome = await _bounded(
+            service.resume_eject(
+                datacenter=record.datacenter,
+                vm_uuid=record.bios_uuid,
+                device_key=record.device_key,
+            )
         )
-    )
+    else:
+        outcome = await service.resume_eject(
+            datacenter=record.datacenter,
+            vm_uuid=record.bios_uuid,
+            device_key=record.device_key,
+            wait=False,
+        )
+    if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
+        return _Running(outcome.task_id)
+    if outcome.state is vsphere.EjectState.QUESTION_PENDING and record.phase is P.DISCONNECT_ISSUED:
+        reached(CrashPoint.DISCONNECT_ISSUED)  # sent and asked, not recorded yet
     ours = outcome.task_id is None or outcome.task_id == record.task_ref
     if outcome.state is vsphere.EjectState.EJECTED and not ours:
         op.vm = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)

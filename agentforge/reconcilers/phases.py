@@ -84,7 +84,14 @@ class PhaseContext:
 def _provisioning_reason(va: VsphereAgentFacts) -> VMReason:
     """One reason for the whole phase, so the VM's creation progress (the `vm`
     controller's `Ready` condition and `status.creation`) causes no write of ours."""
-    return VMReason.VM_ADOPTED if va.adopted else VMReason.AGENT_PENDING
+    return initial(adopted=va.adopted)[1]
+
+
+def initial(*, adopted: bool) -> tuple[VMPhase, VMReason]:
+    """The phase of a VM record before anything is known of its Agent: what the `vm`
+    controller writes with the record's first write (its checkpoint), so this
+    controller finds nothing to change and writes nothing of its own then."""
+    return VMPhase.PROVISIONING, VMReason.VM_ADOPTED if adopted else VMReason.AGENT_PENDING
 
 
 def _discovery_started(va: VsphereAgentFacts) -> datetime | None:

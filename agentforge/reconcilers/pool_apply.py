@@ -215,7 +215,9 @@ class PlanApplier:
             previous = self._source.vm_status(namespace=namespace, name=record.vsphere_agent)
             wire = status_.rendered_vm(previous, record, where=where)
             recorded = self._source.handover(namespace=namespace, name=record.vsphere_agent)
-            if wire != previous or recorded != status_.handover_wire(record):
+            # A VsphereAgent without a VM record yet gets its first phase with the `vm`
+            # controller's first write (`phases.initial`): no VM write here then.
+            if (wire != previous and previous) or recorded != status_.handover_wire(record):
                 written: JsonObj | None = None
 
                 async def write(record: planner.VMRecord = record) -> None:

@@ -12,15 +12,19 @@ Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
 * then the ejection step, when one is wired (`ejection.Ejection`: resume a recorded
   ISO ejection, or start one for an installed worker of an opted-in pool).
 
-A vCenter login that takes longer than a caller may wait (`vsphere.LoginPending`)
-ends the pass without a failure: what it learnt is written, and the key is
-reconciled again when the login ends (`login_waits`), so a black-holed vCenter holds
-no worker. A VsphereAgent whose VM is recorded costs no vSphere call and no write
-on later reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the
-pool's generation, UID, deletion or cached ISO path changed); Agents (-> the
-VsphereAgent whose `status.vm.agentRef` names them, and deleting VsphereAgents whose
-recorded VM identity is theirs: a bound Agent holds a deletion, and the ejection
-feature reacts to installation).
+No worker waits on vCenter. A pass that starts a vCenter task (create, power on, power
+off, destroy, CD-ROM disconnect) records its moref and ends; the task's end reconciles
+the key again (`task_waits`). Every vCenter task slot taken (`vsphere.TaskSlotPending`,
+`--vsphere-max-tasks-in-flight`), or a vCenter login that takes longer than a caller may
+wait (`vsphere.LoginPending`), ends the pass without a failure: what it learnt is
+written, and the key is reconciled again when its pool's turn for a slot comes, or when
+the login ends (`login_waits`), so neither a busy nor a black-holed vCenter holds a
+worker. A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
+reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the pool's
+generation, UID, deletion or cached ISO path changed); Agents (-> the VsphereAgent whose
+`status.vm.agentRef` names them, and deleting VsphereAgents whose recorded VM identity
+is theirs: a bound Agent holds a deletion, and the ejection feature reacts to
+installation).
 
 Status writes: one per pass where the steps allow it (`vm_context`: conditions and
 a new VM's identity ride along with the pass's next write, or go at its end). Read
@@ -45,6 +49,7 @@ from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers import adopt, indexes, pool_specs, vm_create, vm_delete
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.login_waits import LoginWaits
+from agentforge.reconcilers.task_waits import TaskWaits
 from agentforge.reconcilers.vm_context import VmContext
 
 __all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
@@ -85,11 +90,13 @@ class VmReconciler:
         self._behind: dict[ObjectKey, frozenset[str]] = {}
         """Per key, the resourceVersions its last pass wrote over (read-your-writes)."""
         self.waits = LoginWaits(deps.vsphere)
+        self.tasks = TaskWaits(deps.vsphere, controller=CONTROLLER_NAME)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         raw = self._agents.get_by_key(key)
         if raw is None:
             self._behind.pop(key, None)
+            self.tasks.forget(key)  # nothing to wait for any more: give its turn away
             return None
         version = (raw.get("metadata") or {}).get("resourceVersion")
         if version in self._behind.get(key, ()):
@@ -103,13 +110,25 @@ class VmReconciler:
             namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name
         )
         pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw is not None else None
-        ctx = VmContext(deps=self._deps, raw=raw, agent=agent, pool=pool, now=self._deps.now())
+        ctx = VmContext(
+            deps=self._deps,
+            raw=raw,
+            agent=agent,
+            pool=pool,
+            now=self._deps.now(),
+            key=key,
+            waits=self.tasks,
+        )
         try:
             result = await self._reconcile(ctx)
         except vsphere.LoginPending as pending:  # back when the login ends; no failure
             with contextlib.suppress(kerrors.KubeError):
                 await ctx.flush()
             result = self.waits.wait(pending, key)
+        except vsphere.TaskSlotPending as pending:  # back in its pool's turn; no failure
+            with contextlib.suppress(kerrors.KubeError):
+                await ctx.flush()
+            result = self.tasks.wait_slot(key, pending)
         except Exception:
             # what the pass learnt (a condition, a VM's identity) is still recorded
             with contextlib.suppress(kerrors.KubeError):
@@ -144,8 +163,8 @@ class VmReconciler:
             result = await adopt.ensure_adopted(ctx)
         else:
             result = await vm_create.ensure_created(ctx)
-        if self._ejection is None:
-            return result
+        if self._ejection is None or (ctx.in_flight and agent.status.iso_ejection is None):
+            return result  # (its first condition rides with the creation's last write)
         return _merged(result, await self._ejection.reconcile(ctx=ctx))
 
     async def _add_finalizer(self, ctx: VmContext) -> bool:
@@ -236,4 +255,5 @@ def controller(
         rate_limiter=pool_specs.retry_limiter(base=retry_base),
     )
     reconciler.waits.bind(built.enqueue)
+    reconciler.tasks.bind(built.enqueue)
     return built

@@ -1,11 +1,19 @@
 """One `vm` reconcile's context, and the only way it writes a VsphereAgent's status.
 
 The `pool` controller writes `status.vm.{phase,reason,agentRef,machineRef,
-lastTransitionTime}` of the same objects, so every write here is `update_status`
-with a mutation that touches only this controller's fields: `status.vm.{name,
-biosUUID,macAddress,instanceUUID,moRef}`, `status.creation` and the `Ready`
-condition. A mutation that finds the object replaced (another UID) writes nothing;
-one that changes nothing makes no request beyond the fresh GET.
+lastTransitionTime}` of the same objects, so every write here is `update_status` with
+a mutation that touches only this controller's fields: `status.vm.{name,
+biosUUID,macAddress,instanceUUID,moRef}`, `status.creation`, `status.deletion` and the
+`Ready` condition; the one exception is the first phase of a record that has none yet
+(`phases.initial`), which the pool controller leaves to this first write. A mutation
+that finds the object replaced (another UID) writes nothing; one that changes nothing
+makes no request beyond the fresh GET.
+
+Tasks: `claim_slot` takes one of the vCenter's task slots for this VsphereAgent (in
+its pool's turn, `vsphere.TaskSlotPending` when none is free) and `wait_task` ends a
+pass that started (or found running) a vCenter task: the controller's `TaskWaits`
+reconciles the key again when the task ends. A context made outside a controller
+(no `waits`: unit tests with a stand-in service) claims no slot.
 
 One write per reconcile pass where the order allows: edits that need no read-back
 (`ready(...)`, `defer(...)`: conditions, the recorded identity) are kept until the
@@ -20,18 +28,25 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentforge import vsphere
-from agentforge.api import identity, kinds, rbac, wire
+from agentforge.api import identity, kinds, names, rbac, wire
 from agentforge.api.conditions import VsphereAgentConditionType, VsphereAgentReason
+from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
 from agentforge.kube import conditions as kconditions
 from agentforge.kube import errors as kerrors
+from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers import phases
 from agentforge.reconcilers.deps import Deps
 from agentforge.reconcilers.event_reasons import VmEvent
+
+if TYPE_CHECKING:
+    from agentforge.reconcilers.task_waits import TaskWaits
 
 JsonObj = dict[str, Any]
 Edit = Callable[[JsonObj], None]
@@ -55,10 +70,15 @@ class VmContext:
     agent: VsphereAgent
     pool: VsphereAgentPool | None
     now: datetime
+    key: ObjectKey | None = None
+    waits: TaskWaits | None = field(default=None, repr=False)
+    in_flight: bool = False
+    """The VM's creation waits on vCenter (a task, a slot, a create in the folder)."""
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
     _pending: list[Edit] = field(default_factory=list, repr=False)
     _pending_ready: Edit | None = field(default=None, repr=False)
     _seen: list[str] = field(default_factory=list, repr=False)
+    _latest: JsonObj | None = field(default=None, repr=False)
 
     @property
     def where(self) -> str:
@@ -78,6 +98,31 @@ class VmContext:
             )
         return self._service
 
+    def claim_slot(self, service: vsphere.VsphereService) -> vsphere.Slot | None:
+        """A task slot on the pool's vCenter (raises `vsphere.TaskSlotPending`: the key
+        waits its pool's turn); None outside a controller."""
+        if self.waits is None or self.key is None:
+            return None
+        assert self.pool is not None
+        return service.claim_task_slot(
+            group=f"{self.pool.metadata.namespace}/{self.pool.metadata.name}",
+            token=self.waits.token(self.key),
+        )
+
+    def awaiting(self, service: vsphere.VsphereService, task: str) -> bool:
+        """This key already waits for `task` (followed, not ended): a pass woken by
+        something else (its own status write) has nothing to ask vCenter."""
+        if self.waits is None or self.key is None:
+            return False
+        return self.waits.awaiting(self.key, vcenter=service.vcenter, task=task)
+
+    def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
+        """End the pass: reconciled again when `task` (recorded in status) ends."""
+        assert self.waits is not None
+        assert self.key is not None
+        self.in_flight = True
+        return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
+
     async def event(self, type_: EventType, reason: VmEvent, message: str) -> None:
         await self.deps.events.record(self.raw, type=type_, reason=reason, message=message)
 
@@ -86,6 +131,7 @@ class VmContext:
         version = (stored.get("metadata") or {}).get("resourceVersion")
         if isinstance(version, str) and version:
             self._seen.append(version)
+            self._latest = stored
 
     def superseded(self) -> frozenset[str]:
         """The resourceVersions this pass knows to be outdated: the cached one it
@@ -117,7 +163,7 @@ class VmContext:
     async def write(self, *edits: Edit) -> JsonObj:
         """Apply the pending edits, then `edits`, to the fresh status (only our fields)
         in one request; returns the stored object."""
-        edits = (*self._pending, *_some(self._pending_ready), *edits)
+        edits = (*self._pending, *_some(self._pending_ready), *edits, self._first_phase())
         self._pending, self._pending_ready = [], None
         uid = self.agent.metadata.uid
 
@@ -135,9 +181,26 @@ class VmContext:
             namespace=self.agent.metadata.namespace,
             name=self.agent.metadata.name,
             mutate=mutate,
+            start=self._latest or self.raw,  # no GET first while ours is the latest
         )
         self.saw(stored)
         return stored
+
+    def _first_phase(self) -> Edit:
+        """A VM record that has just begun (a name, no phase) gets the pool controller's
+        first phase along (`phases.initial`): one write instead of two."""
+        adopted = self.agent.metadata.labels.get(names.LABEL_CREATED_FOR) == (
+            names.CreatedFor.ADOPTED.value
+        )
+        phase, reason = phases.initial(adopted=adopted)
+        now = format_time(self.now)
+
+        def edit(obj: JsonObj) -> None:
+            vm = obj["status"].get("vm")
+            if isinstance(vm, dict) and vm.get("name") and not vm.get("phase"):
+                vm.update(phase=phase.value, reason=reason.value, lastTransitionTime=now)
+
+        return edit
 
     def shows_ready(self, *, ok: bool, reason: VsphereAgentReason) -> bool:
         """The cached Ready condition has this status and reason (any message)."""

@@ -1,38 +1,46 @@
-"""Creating a VsphereAgent's VM exactly once, across crashes (0002 "VM lifecycle" 3-6).
+"""Creating a VsphereAgent's VM exactly once, across crashes, without waiting on vCenter
+(0002 "VM lifecycle" 3-6; docs/design/0005 for the task model).
+
+Each pass does what the record says is next, starts at most one vCenter task, records
+it and returns; the task's end wakes the VsphereAgent (`task_waits`), and the next
+pass reads the outcome from vCenter by the recorded moref. No worker waits on a task.
 
 1. The pool must have cached its ISO (`status.iso.path`); else `WaitingForISO`.
-2. Checkpoint: `status.creation` (VM name, a BIOS UUID chosen now, markers,
+2. A task slot of the vCenter is claimed (`--vsphere-max-tasks-in-flight`, shared by
+   the pools in turn); none free -> the pass ends, the key is woken when its pool's
+   turn comes.
+3. Checkpoint: `status.creation` (VM name, a BIOS UUID chosen now, markers,
    datacenter, folder, ISO, phase `CreateIssued`) and `status.vm.name` are written
    with `update_status` and the stored object returned by the PUT is checked to hold
    exactly this record (the read-back). The mutation refuses to overwrite a record
    or an identity already there, so a stale cache cannot start a second creation.
-3. Create with the recorded name and BIOS UUID (`config.uuid`), the pool's hardware,
-   placement and tags, the cached ISO as CD-ROM, and the markers. The moment
-   `CreateVM_Task` has started, its moref goes into `status.creation.taskRef` (a
-   second status write; if it fails, recovery goes by UUID and name). The vSphere
-   layer's create is idempotent by name + markers (a `DuplicateName` is answered by
-   looking the VM up by name: ours is taken over, anything else is `VMNameConflict`),
-   and removes a half-built VM of ours.
-4. Record BIOS UUID, MAC, instance UUID and moref; clear the record; Ready=True
-   (with the pass's next status write, see `vm_context`).
-5. With a record present (a restart, or a failed attempt), vCenter is first asked
-   about the recorded task (running -> wait for it), then the VM is looked up by the
-   task's result or the recorded UUID, then by name in the recorded folder: ours and
-   running -> record; ours and unfinished -> converge; someone else's ->
-   `VMNameConflict`, nothing touched; absent -> create, unless a `CreateVM_Task` still
-   runs in the folder (then wait: it may be ours) (`vm_decide.resume`).
+4. `CreateVM_Task` is started with the recorded name and BIOS UUID (`config.uuid`),
+   the pool's hardware, placement and tags, the cached ISO as CD-ROM, and the
+   markers; its moref goes into `status.creation.taskRef` and the pass ends. (A name
+   our own VM already holds is taken over: step 5 at once.)
+5. Woken, the pass reads the recorded task and looks the VM up (`vm_lookup.look_up`,
+   `vm_decide.resume`): still running -> nothing; our VM, not running -> tags, then
+   `PowerOnVM_Task` started, recorded with the VM's identity (phase `PowerOnIssued`,
+   `taskRef` the power-on), the pass ends; our VM running -> step 6; absent after a
+   failed task -> `VMCreateFailed` (the failed task's ref is dropped, `attempts`
+   counted) and created again after the queue's backoff; someone else's ->
+   `VMNameConflict`, nothing touched.
+6. The power-on ended: the record is cleared and Ready=True, in one write (the
+   identity was recorded in step 5).
 
-Failures keep the record (with `attempts` counted) and are retried with the queue's
-backoff; every failure sets Ready=False with the reason and a Warning event. Waiting
-for a creation in flight is no failure: Ready=False `VMCreating`, checked again soon.
+A restart resumes from the record whatever its phase: the recorded task is asked
+about first (running -> wait for it), then the VM by the task's result or the
+recorded UUID, then by name in the recorded folder; absent by every key -> create,
+unless a `CreateVM_Task` still runs in the folder (then wait: it may be ours, a
+start whose moref was never recorded). A VM whose power-on vCenter refused stays
+recorded and powered off; its power-on is retried with backoff (it goes with its
+VsphereAgent). Waiting is no failure: Ready=False `VMCreating`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 from agentforge import vsphere
@@ -41,7 +49,7 @@ from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import naming, pool_specs, vm_decide
+from agentforge.reconcilers import naming, pool_specs, vm_decide, vm_lookup
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
 from agentforge.reconcilers.vm_context import (
@@ -52,14 +60,16 @@ from agentforge.reconcilers.vm_context import (
     identity_edit,
     is_checkpointed,
 )
+from agentforge.vsphere import metrics as vmetrics
 
-__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "look_up", "vm_name"]
+__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "vm_name"]
 
 log = logging.getLogger(__name__)
 
 R = VsphereAgentReason
+P = CreationPhase
 IN_FLIGHT_RECHECK_S: Final = 2.0
-"""How soon a creation waiting for a create task in flight is decided again."""
+"""How soon a creation waiting for an unrecorded create in the folder is decided again."""
 
 
 def vm_name(ctx: VmContext) -> str:
@@ -99,12 +109,43 @@ async def ensure_created(ctx: VmContext) -> Result | None:
         )
         return None
     try:
-        hardware = pool_specs.hardware(pool)
+        pool_specs.hardware(pool)  # refused before anything is recorded or started
         service = await ctx.service()
     except (pool_specs.UnsupportedSpec, CredentialsError) as exc:
         await _failed(ctx, f"cannot create the VM: {exc}")
         return Result(requeue=isinstance(exc, CredentialsError))
     if record is None:
+        return await _begin(ctx, service)
+    try:
+        task, plan = await vm_lookup.look_up(service, ctx, record)
+    except vsphere.VsphereError as exc:
+        await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
+        return Result(requeue=True)
+    if task is not None and task.running:
+        return ctx.wait_task(service, task.moid)  # its end wakes this VsphereAgent
+    if plan.step is vm_decide.ResumeStep.CONFLICT:
+        return await _conflict(ctx, record, plan.vm)
+    if plan.step is vm_decide.ResumeStep.WAIT:
+        return await _waiting(ctx, record, plan.why)
+    if plan.why:
+        log.info("%s: %s: %s VM %s", ctx.where, plan.why, plan.step, record.vm_name)
+    if plan.step is vm_decide.ResumeStep.RECORD:  # (vm None: the power-on succeeded)
+        return await _done(ctx, record, plan.vm)
+    taken_by_us = plan.step is vm_decide.ResumeStep.FINISH and isinstance(
+        task.error if task else None, vsphere.AlreadyExists
+    )
+    if task is not None and task.error is not None and not taken_by_us:
+        return await _task_failed(ctx, record, task)
+    if plan.step is vm_decide.ResumeStep.CREATE:
+        return await _start(ctx, service, record, _request(ctx, record))
+    assert plan.vm is not None  # FINISH: our VM exists and does not run yet
+    return await _converge(ctx, service, record, _request(ctx, record), plan.vm)
+
+
+async def _begin(ctx: VmContext, service: vsphere.VsphereService) -> Result | None:
+    """Claim a slot, checkpoint the intent (read back), then start the create."""
+    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    try:
         record = _new_record(ctx)
         stored = await ctx.write(
             _checkpoint(record),
@@ -122,54 +163,81 @@ async def ensure_created(ctx: VmContext) -> Result | None:
             f"creating VM {record.vm_name} in folder {record.folder} of datacenter "
             f"{record.datacenter} with BIOS UUID {record.bios_uuid}",
         )
-        plan = vm_decide.Resume(vm_decide.ResumeStep.CREATE)
-    else:
-        try:
-            plan = await look_up(service, ctx, record)
-        except vsphere.VsphereError as exc:
-            await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
-            return Result(requeue=True)
-    if plan.step is vm_decide.ResumeStep.CONFLICT:
-        return await _conflict(ctx, record, plan.vm)
-    if plan.step is vm_decide.ResumeStep.WAIT:
-        return await _waiting(ctx, record, plan.why)
-    if plan.why:
-        log.info("%s: %s: %s VM %s", ctx.where, plan.why, plan.step, record.vm_name)
-    vm = plan.vm
-    if plan.step is not vm_decide.ResumeStep.RECORD:
-        request = vsphere.VmRequest(
-            name=record.vm_name,
-            placement=_placement(ctx, record),
-            hardware=hardware,
-            iso_file=record.iso_path or pool_specs.iso_backing(pool, pool.status.iso.path or ""),
-            markers=vm_decide.record_markers(record),
-            tag_ids=tuple(pool.spec.vsphere.vm_tags),
-            bios_uuid=record.bios_uuid,
-        )
-        try:
-            vm = await service.create_vm(request=request, on_task=_task_recorder(ctx, record))
-        except vsphere.CreationInFlight as exc:
-            return await _waiting(ctx, record, str(exc))
-        except vsphere.AlreadyExists:
-            return await _conflict(ctx, record, None)
-        except vsphere.VsphereError as exc:
-            await _failed(ctx, f"creating VM {record.vm_name} failed: {exc}", record=record)
-            return Result(requeue=True)
-    assert vm is not None
-    # Recorded with the pass's next write (the ejection step's first condition) or at
-    # its end: no read-back is needed, and until it is stored `status.creation` keeps
-    # every restart finding this VM by its recorded BIOS UUID.
-    ctx.defer(identity_edit(name=vm.name, vm=vm))
+        return await _start(ctx, service, record, _request(ctx, record), slot=slot)
+    finally:  # (bound to the started task, or released by the start)
+        if slot is not None and slot.task is None:
+            slot.release()
+
+
+async def _start(
+    ctx: VmContext,
+    service: vsphere.VsphereService,
+    record: CreationRecord,
+    request: vsphere.VmRequest,
+    *,
+    slot: vsphere.Slot | None = None,
+) -> Result | None:
+    """Start `CreateVM_Task` and record its moref; the task's end wakes the key."""
+    slot = slot or ctx.claim_slot(service)
+    assert slot is not None, "a VM is created by the vm controller only"
+    try:
+        started = await service.start_create(request=request, slot=slot)
+    except vsphere.CreationInFlight as exc:
+        return await _waiting(ctx, record, str(exc))
+    except vsphere.AlreadyExists:
+        return await _conflict(ctx, record, None)
+    except vsphere.VsphereError as exc:
+        await _failed(ctx, f"creating VM {record.vm_name} failed: {exc}", record=record)
+        return Result(requeue=True)
+    if started.existing is not None:  # our own VM holds the name: take it over
+        return await _converge(ctx, service, record, request, started.existing)
+    assert started.task is not None
+    await _record_task(ctx, record, P.CREATE_ISSUED, started.task)
+    return ctx.wait_task(service, started.task)
+
+
+async def _converge(
+    ctx: VmContext,
+    service: vsphere.VsphereService,
+    record: CreationRecord,
+    request: vsphere.VmRequest,
+    vm: vsphere.VmFacts,
+) -> Result | None:
+    """Our VM exists: tags, then power on started and recorded with its identity."""
+    slot = ctx.claim_slot(service)
+    assert slot is not None, "a VM is powered on by the vm controller only"
+    try:
+        task = await service.converge_vm(request=request, vm_moid=vm.moid, slot=slot)
+    except vsphere.VsphereError as exc:
+        await _failed(ctx, f"powering on VM {record.vm_name} failed: {exc}", record=record)
+        return Result(requeue=True)
+    if task is None:  # it runs already
+        return await _done(ctx, record, vm)
+    await _record_task(ctx, record, P.POWER_ON_ISSUED, task, vm=vm)
+    return ctx.wait_task(service, task)
+
+
+async def _done(
+    ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None
+) -> Result | None:
+    """The VM runs: identity recorded (when read now), record cleared, Ready=True."""
+    if vm is not None:
+        ctx.defer(identity_edit(name=vm.name, vm=vm))
     ctx.defer(creation_edit(None))
+    recorded = ctx.agent.status.vm
+    name = vm.name if vm else record.vm_name
+    bios_uuid = vm.bios_uuid if vm else record.bios_uuid
+    mac = vm.primary_mac if vm else (recorded.mac_address if recorded else None)
+    vmetrics.vm_op("create", "success")
     await ctx.ready(
         ok=True,
         reason=R.VM_READY,
-        message=f"VM {vm.name} created (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac})",
+        message=f"VM {name} created (BIOS UUID {bios_uuid}, MAC {mac})",
     )
     await ctx.event(
         EventType.NORMAL,
         VmEvent.VM_CREATED,
-        f"VM {vm.name} is running (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac})",
+        f"VM {name} is running (BIOS UUID {bios_uuid}, MAC {mac})",
     )
     return None
 
@@ -195,6 +263,22 @@ def _new_record(ctx: VmContext) -> CreationRecord:
     )
 
 
+def _request(ctx: VmContext, record: CreationRecord) -> vsphere.VmRequest:
+    """The create request: the record's name, UUID, placement and ISO, the pool's
+    hardware (checked before the record was made) and tags."""
+    pool = ctx.pool
+    assert pool is not None
+    return vsphere.VmRequest(
+        name=record.vm_name,
+        placement=vm_lookup.placement(ctx, record),
+        hardware=pool_specs.hardware(pool),
+        iso_file=record.iso_path or pool_specs.iso_backing(pool, pool.status.iso.path or ""),
+        markers=vm_decide.record_markers(record),
+        tag_ids=tuple(pool.spec.vsphere.vm_tags),
+        bios_uuid=record.bios_uuid,
+    )
+
+
 def _checkpoint(record: CreationRecord) -> Edit:
     base = creation_edit(record)
 
@@ -207,94 +291,50 @@ def _checkpoint(record: CreationRecord) -> Edit:
     return edit
 
 
-def _placement(ctx: VmContext, record: CreationRecord) -> vsphere.Placement:
-    assert ctx.pool is not None
-    return dataclasses.replace(
-        pool_specs.placement(ctx.pool), datacenter=record.datacenter, folder=record.folder
-    )
+async def _record_task(
+    ctx: VmContext,
+    record: CreationRecord,
+    phase: CreationPhase,
+    moid: str,
+    *,
+    vm: vsphere.VmFacts | None = None,
+) -> None:
+    """Checkpoint the started task's moref (and, for a power-on, the VM's identity)
+    into this very record, with what the pass has pending."""
 
-
-def _task_recorder(ctx: VmContext, record: CreationRecord) -> Callable[[str], Awaitable[None]]:
-    """The `on_task` of a create: record the started task's moref in `status.creation`."""
-
-    async def record_task(moid: str) -> None:
-        try:
-            await ctx.write(_task_ref_edit(record, moid))
-        except kerrors.KubeError as exc:  # the ref only speeds recovery up: go on waiting
-            log.warning(
-                "%s: recording create task %s of VM %s failed (a restart looks the VM up by "
-                "BIOS UUID and name, and waits for creates in flight): %s",
-                ctx.where,
-                moid,
-                record.vm_name,
-                exc,
-            )
-
-    return record_task
-
-
-def _task_ref_edit(record: CreationRecord, moid: str) -> Edit:
     def edit(obj: JsonObj) -> None:
         creation = obj["status"].get("creation")
         if creation and creation.get("biosUUID") == record.bios_uuid:
+            creation["phase"] = phase.value
             creation["taskRef"] = moid  # only into this very record, never another one
 
-    return edit
+    edits = [edit] if vm is None else [identity_edit(name=vm.name, vm=vm), edit]
+    try:
+        await ctx.write(*edits)
+    except kerrors.KubeError as exc:  # the ref speeds recovery up: the lookups still work
+        log.warning(
+            "%s: recording task %s of VM %s failed (the VM is looked up by BIOS UUID and "
+            "name when it ends, and creates in flight are waited for): %s",
+            ctx.where,
+            moid,
+            record.vm_name,
+            exc,
+        )
 
 
-def _attempt_edit(record: CreationRecord) -> Edit:
+def _failed_attempt_edit(record: CreationRecord, *, drop_task: bool = False) -> Edit:
     def edit(obj: JsonObj) -> None:
         creation = obj["status"].get("creation")
         if creation and creation.get("biosUUID") == record.bios_uuid:
             creation["attempts"] = int(creation.get("attempts") or 0) + 1
+            if drop_task and creation.get("taskRef") == record.task_ref:
+                creation.pop("taskRef", None)  # its outcome is reported: not again
 
     return edit
 
 
-async def look_up(
-    service: vsphere.VsphereService, ctx: VmContext, record: CreationRecord
-) -> vm_decide.Resume:
-    """Ask about the recorded task (waiting while it runs), then look the VM up."""
-    task: vsphere.TaskFacts | None = None
-    task_gone = False
-    if record.task_ref:
-        try:
-            task = await service.task(task_ref=record.task_ref)
-            if task.running:
-                log.info(
-                    "%s: create task %s of VM %s is still running: waiting for it",
-                    ctx.where,
-                    task.moid,
-                    record.vm_name,
-                )
-                task = await service.wait_for_task(task_ref=record.task_ref)
-        except vsphere.NotFound:
-            task_gone = True  # forgotten by vCenter: not "absent", look by UUID and name
-    if task is not None and task.running:
-        return vm_decide.resume(record, by_uuid=None, by_name=None, task=task)
-    by_uuid = None
-    if task is not None and task.result_moid:
-        by_uuid = await service.vm_by_moid(moid=task.result_moid)
-    if by_uuid is None:
-        by_uuid = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
-    by_name = None
-    placement = _placement(ctx, record)
-    if by_uuid is None:
-        by_name = await service.vm_by_name(placement=placement, name=record.vm_name)
-    in_flight: list[vsphere.TaskFacts] = []
-    if by_uuid is None and by_name is None:
-        in_flight = await service.creates_in_flight(placement=placement)
-    return vm_decide.resume(
-        record,
-        by_uuid=by_uuid,
-        by_name=by_name,
-        task=task,
-        task_gone=task_gone,
-        creates_in_flight=in_flight,
-    )
-
-
 async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:
+    ctx.in_flight = True
     await ctx.ready(
         ok=False,
         reason=R.VM_CREATING,
@@ -315,9 +355,24 @@ async def _conflict(ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts 
     return Result(requeue=True)
 
 
+async def _task_failed(ctx: VmContext, record: CreationRecord, task: vsphere.TaskFacts) -> Result:
+    """The recorded task failed and nothing runs: report it once (the task's ref goes
+    with the report) and try again after the queue's backoff."""
+    doing = "powering on" if record.phase == P.POWER_ON_ISSUED else "creating"
+    vmetrics.vm_op("create", vmetrics.result_of(task.error))
+    message = f"{doing} VM {record.vm_name} failed: {task.error}"
+    edits = [
+        ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message),
+        _failed_attempt_edit(record, drop_task=True),
+    ]
+    await ctx.write(*edits)
+    await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
+    return Result(requeue=True)
+
+
 async def _failed(ctx: VmContext, message: str, *, record: CreationRecord | None = None) -> None:
     edits = [ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
     if record is not None:
-        edits.append(_attempt_edit(record))  # keeps what else the record holds (taskRef)
+        edits.append(_failed_attempt_edit(record))  # keeps what else the record holds
     await ctx.write(*edits)
     await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)

@@ -7,8 +7,10 @@ The rules (docs/design/0002, "VM lifecycle"):
   **unmarked** VM counts as ours only when its BIOS UUID *and* name equal what status
   recorded (an adopted VM, or one the Go operator made); anything else is not ours
   and nothing destructive or overwriting happens to it;
-* after a restart with a creation record, vCenter is first asked about the recorded
-  create task: still running -> wait for it, nothing else. Then the VM is looked up
+* with a creation record (the pass after a task ended, or a restart), vCenter is
+  first asked about the recorded task (the create, or the power-on): still running
+  -> wait for it (the pass ends; the task's end wakes the VsphereAgent), nothing else. Then
+  the VM is looked up
   by the task's result (or the recorded BIOS UUID), then by name in the recorded
   folder; ours and running -> record it, ours but not finished (powered off) ->
   finish it through the idempotent create, anything else -> a name conflict, left
@@ -27,7 +29,7 @@ from enum import StrEnum
 
 from agentforge import vsphere
 from agentforge.api import identity, names
-from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
+from agentforge.api.vsphereagent import CreationPhase, CreationRecord, VsphereAgent
 from agentforge.vsphere import markers as vmarkers
 
 __all__ = [
@@ -119,7 +121,9 @@ def resume(
     running in the folder (asked only when no VM was found).
     """
     if task is not None and task.running:
-        return Resume(ResumeStep.WAIT, why=f"create task {task.moid} is still {task.state}")
+        return Resume(
+            ResumeStep.WAIT, why=f"{_task_kind(record)} task {task.moid} is still {task.state}"
+        )
     found = _found(record, by_uuid=by_uuid, by_name=by_name)
     if found is not None:
         return found
@@ -134,18 +138,23 @@ def resume(
     return Resume(ResumeStep.CREATE, why=f"{told}; no VM {record.vm_name} by UUID or name")
 
 
+def _task_kind(record: CreationRecord) -> str:
+    return "power-on" if record.phase == CreationPhase.POWER_ON_ISSUED else "create"
+
+
 def _what_the_task_told(
     record: CreationRecord, *, task: vsphere.TaskFacts | None, task_gone: bool
 ) -> str:
+    kind = _task_kind(record)
     if task_gone:
-        return f"vCenter no longer knows create task {record.task_ref}"
+        return f"vCenter no longer knows {kind} task {record.task_ref}"
     if task is None:
-        return "no create task was recorded"
+        return f"no {kind} task was recorded"
     if task.state is vsphere.TaskState.ERROR:
         if isinstance(task.error, vsphere.AlreadyExists):  # DuplicateName, holder gone since
-            return f"create task {task.moid} found the name taken ({task.error})"
-        return f"create task {task.moid} failed ({task.error})"
-    return f"create task {task.moid} succeeded but its VM is gone"
+            return f"{kind} task {task.moid} found the name taken ({task.error})"
+        return f"{kind} task {task.moid} failed ({task.error})"
+    return f"{kind} task {task.moid} succeeded but the VM is gone"
 
 
 def _found(

@@ -28,6 +28,11 @@ Order, each step finished before the next:
    unmarked with BIOS UUID and name equal to the record (stamped, then deleted, so
    the vSphere layer's own marker check guards the destroy). A VM not provably ours
    is left alone with a Warning event naming it, and its Agents are kept too.
+   Deleting takes two vCenter tasks (power off, destroy), each claimed a task slot,
+   started, recorded in `status.deletion` and not waited for: its end reconciles the
+   VsphereAgent, which asks vCenter how it ended (a failure is reported, and the
+   step is started again after the queue's backoff) and looks the VM up again
+   before the next step.
 6. The VM's Agents are deleted with uid + resourceVersion preconditions (never a
    version we did not see unbound); then the finalizer is removed. An Agent that
    cannot be tied to the VM is never deleted.
@@ -48,7 +53,15 @@ from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
-from agentforge.reconcilers import indexes, pool_specs, vm_create, vm_decide
+from agentforge.reconcilers import (
+    indexes,
+    pool_specs,
+    vm_create,
+    vm_decide,
+    vm_delete_tasks,
+    vm_lookup,
+    vm_stamp,
+)
 from agentforge.reconcilers.deps import CredentialsError
 from agentforge.reconcilers.event_reasons import VmEvent
 from agentforge.reconcilers.snapshot import agent_facts, identifies, identity_conflicts
@@ -124,9 +137,13 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
     if agents.bound is not None:
         return await _held(ctx, agents.bound, vm=name or bios_uuid or "")
     try:
-        if agent.status.creation is not None and not await _creation_settled(ctx):
-            return Result(requeue_after=vm_create.IN_FLIGHT_RECHECK_S)
+        if agent.status.creation is not None:
+            waiting = await _creation_settled(ctx)
+            if waiting is not None:
+                return waiting
         outcome = await _delete_vm(ctx, pool, name=name, bios_uuid=bios_uuid, agents=agents)
+        if isinstance(outcome, Result):  # a task of the deletion runs
+            return outcome
         if isinstance(outcome, _Tied):  # vSphere's identity of the VM ties a bound Agent
             return await _held(ctx, outcome, vm=name or bios_uuid or "")
         for unbound in outcome:
@@ -142,23 +159,27 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
     return None
 
 
-async def _creation_settled(ctx: VmContext) -> bool:
+async def _creation_settled(ctx: VmContext) -> Result | None:
     """A creation record means a create may still be running in vCenter (a crash, or a
     delete while it ran): its VM could appear after the lookup and outlive the
-    VsphereAgent. The record is resumed as a restart would (`vm_create.look_up`:
-    the recorded task is waited for, else any `CreateVM_Task` in the folder) and the
-    VM is looked for only once nothing may still make it."""
+    VsphereAgent. The record is resumed as a restart would (`vm_lookup.look_up`:
+    the recorded task is asked about, else any `CreateVM_Task` in the folder) and the
+    VM is looked for only once nothing may still make it. None once settled, else the
+    result of waiting (for the recorded task's end, or a while)."""
     record = ctx.agent.status.creation
     assert record is not None
-    resumed = await vm_create.look_up(await ctx.service(), ctx, record)
+    service = await ctx.service()
+    task, resumed = await vm_lookup.look_up(service, ctx, record)
     if resumed.step is not vm_decide.ResumeStep.WAIT:
-        return True
+        return None
     await ctx.ready(
         ok=False,
         reason=R.VM_DELETING,
         message=f"waiting before deleting VM {record.vm_name}: {resumed.why}",
     )
-    return False
+    if task is not None and task.running and ctx.waits is not None:
+        return ctx.wait_task(service, task.moid)
+    return Result(requeue_after=vm_create.IN_FLIGHT_RECHECK_S)
 
 
 # --- which Agents are this VM's ----------------------------------------------------------
@@ -261,11 +282,20 @@ async def _delete_vm(
     name: str | None,
     bios_uuid: str | None,
     agents: _AgentsOfVm,
-) -> list[views.Agent] | _Tied:
+) -> list[views.Agent] | _Tied | Result:
     """Delete the VM if ours. Returns the Agents to delete next, as now stored (after
     unapproving: their new resourceVersion is what a delete may name; none when a VM
-    not ours was left alone), or the bound Agent the VM as vSphere reports it is."""
+    not ours was left alone), the bound Agent the VM as vSphere reports it is, or the
+    result of a pass that started (or found running) a task of the deletion."""
     service = await ctx.service()
+    deletion = ctx.agent.status.deletion
+    if deletion is not None and deletion.task_ref:
+        ran = await vm_delete_tasks.outcome(ctx, service, deletion)
+        if isinstance(ran, Result):
+            return ran
+        if ran:  # destroyed, as vCenter says
+            await vm_delete_tasks.gone(ctx, deletion)
+            return list(agents.unbound)
     record = ctx.agent.status.creation
     datacenter = record.datacenter if record else pool.spec.vsphere.datacenter
     placement = pool_specs.placement(pool)
@@ -277,6 +307,7 @@ async def _delete_vm(
     if vm is None and name:
         vm = await service.vm_by_name(placement=placement, name=name)
     if vm is None or vm.bios_uuid is None:
+        await vm_delete_tasks.gone(ctx, deletion)
         return list(agents.unbound)
     expected = pool_specs.markers(pool, vsphere_agent=ctx.agent.metadata.name)
     owned = vm_decide.ownership(vm, expected=expected, recorded_uuid=bios_uuid, recorded_name=name)
@@ -299,11 +330,16 @@ async def _delete_vm(
         return actual.bound
     unapproved = [await _unapprove(ctx, agent) for agent in actual.unbound]
     if owned is vm_decide.Ownership.UNMARKED_MATCH:
-        await service.stamp_markers(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected)
-    await service.delete_vm(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected)
-    await ctx.event(
-        EventType.NORMAL, VmEvent.VM_DELETED, f"deleted VM {vm.name} (BIOS UUID {vm.bios_uuid})"
+        stamped = await vm_stamp.ensure_stamped(
+            ctx, service, datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
+        )
+        if isinstance(stamped, Result):
+            return stamped  # the stamp runs; its end wakes this VsphereAgent
+    started = await vm_delete_tasks.start(
+        ctx, service, vm=vm, datacenter=datacenter, markers=expected
     )
+    if started is not None:
+        return started
     return unapproved
 
 

@@ -33,6 +33,7 @@ from agentforge.vsphere.errors import (
     SessionUnavailable,
     SizeLimitExceeded,
     TaskFailed,
+    TaskSlotPending,
     TransientError,
     VcenterUnreachable,
     VsphereError,
@@ -43,12 +44,14 @@ from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
 from agentforge.vsphere.logins import LoginPolicy
 from agentforge.vsphere.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
-from agentforge.vsphere.provision import VmRequest
-from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry
+from agentforge.vsphere.provision import Started, VmRequest
+from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry, TaskNews
 from agentforge.vsphere.service import VsphereService
 from agentforge.vsphere.session import Session, SessionOptions
 from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
 from agentforge.vsphere.task_facts import TaskFacts, TaskState
+from agentforge.vsphere.task_slots import Slot, TaskSlots
+from agentforge.vsphere.vms import DeleteStep
 
 __all__ = [
     "UNTRUSTED_CERTIFICATE_FAULT",
@@ -63,6 +66,7 @@ __all__ = [
     "CreationInFlight",
     "Credentials",
     "DatastoreFile",
+    "DeleteStep",
     "EjectOutcome",
     "EjectState",
     "Firmware",
@@ -106,8 +110,13 @@ __all__ = [
     "SessionRegistry",
     "SessionUnavailable",
     "SizeLimitExceeded",
+    "Slot",
+    "Started",
     "TaskFacts",
     "TaskFailed",
+    "TaskNews",
+    "TaskSlotPending",
+    "TaskSlots",
     "TaskState",
     "TransientError",
     "Validators",

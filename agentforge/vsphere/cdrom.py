@@ -11,7 +11,10 @@ Promises (DOMAIN.md section 4, the seed's ejection rules):
 - no automatic-answer option is ever set on the VM;
 - `resume` finds a reconfigure still running on the VM (its `recentTask`), waits for
   it or its question, and reports the device's state, so a restarted caller decides
-  from facts, not memory.
+  from facts, not memory;
+- a controller never waits: `eject(..., slot=...)` and `resume(..., wait=False)`
+  report a reconfigure still running without a question as `IN_PROGRESS` and follow
+  it (`task_follow`): its end, or a question the VM raises meanwhile, is news.
 """
 
 from __future__ import annotations
@@ -21,8 +24,19 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import errors, facts, markers, metrics, props, specs, tasks, vms
+from agentforge.vsphere import (
+    errors,
+    facts,
+    markers,
+    metrics,
+    props,
+    specs,
+    task_follow,
+    tasks,
+    vms,
+)
 from agentforge.vsphere.session import Session
+from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim, vmodl
 
 PC = vmodl.query.PropertyCollector
@@ -34,6 +48,8 @@ class EjectState(enum.Enum):
     EJECTED = "Ejected"
     QUESTION_PENDING = "QuestionPending"
     NOT_EJECTED = "NotEjected"
+    IN_PROGRESS = "InProgress"
+    """The reconfigure runs and no question is pending yet; it is followed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,18 +78,25 @@ async def eject(
     device_key: int,
     expected_backing: str,
     expected_markers: markers.OwnershipMarkers,
+    slot: Slot | None = None,
 ) -> EjectOutcome:
-    with metrics.counted("iso", "eject") as counted:
-        outcome = await _eject(
-            session,
-            datacenter_name=datacenter_name,
-            bios_uuid=bios_uuid,
-            device_key=device_key,
-            expected_backing=expected_backing,
-            expected_markers=expected_markers,
-        )
-        counted.result = outcome.state.value
-        return outcome
+    """Disconnect the CD-ROM; with `slot`, start it and follow it (never wait)."""
+    try:
+        with metrics.counted("iso", "eject") as counted:
+            outcome = await _eject(
+                session,
+                datacenter_name=datacenter_name,
+                bios_uuid=bios_uuid,
+                device_key=device_key,
+                expected_backing=expected_backing,
+                expected_markers=expected_markers,
+                slot=slot,
+            )
+            counted.result = outcome.state.value
+            return outcome
+    finally:
+        if slot is not None and slot.task is None:
+            slot.release()
 
 
 async def _eject(
@@ -84,6 +107,7 @@ async def _eject(
     device_key: int,
     expected_backing: str,
     expected_markers: markers.OwnershipMarkers,
+    slot: Slot | None,
 ) -> EjectOutcome:
     got = await _ours(
         session, datacenter_name, bios_uuid, expected_markers, action="eject the CD-ROM of"
@@ -95,7 +119,11 @@ async def _eject(
         )
     if got.question is not None and got.question.is_cdrom_lock:
         return await resume(
-            session, datacenter_name=datacenter_name, bios_uuid=bios_uuid, device_key=device_key
+            session,
+            datacenter_name=datacenter_name,
+            bios_uuid=bios_uuid,
+            device_key=device_key,
+            wait=slot is None,
         )
     if cdrom.kind is not facts.MediumKind.ISO or cdrom.backing_file != expected_backing:
         if is_empty(cdrom):
@@ -112,6 +140,9 @@ async def _eject(
         subject=f"VM {got.name}",
         action="disconnect the CD-ROM of",
     )
+    if slot is not None:
+        task_follow.follow(session, task, slot=slot, vm=ref)
+        return EjectOutcome(EjectState.IN_PROGRESS, ref._moId, device_key, task_id=task._moId)
     return await _follow(session, ref, task, cdrom, subject=f"VM {got.name}")
 
 
@@ -179,9 +210,10 @@ async def answer_lock_question(
 
 
 async def resume(
-    session: Session, *, datacenter_name: str, bios_uuid: str, device_key: int
+    session: Session, *, datacenter_name: str, bios_uuid: str, device_key: int, wait: bool = True
 ) -> EjectOutcome:
-    """After a restart: wait for a reconfigure still running on the VM, then report."""
+    """After a restart: wait for a reconfigure still running on the VM, then report.
+    `wait=False`: report its pending question, or follow it (`IN_PROGRESS`)."""
     got = await vms.facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
     if got is None:
         raise errors.NotFound(f"VM with BIOS UUID {bios_uuid} not found", subject=bios_uuid)
@@ -189,7 +221,18 @@ async def resume(
     running = await running_reconfigure(session, ref)
     cdrom = got.cdrom(device_key)
     if running is not None and cdrom is not None:
-        return await _follow(session, ref, running, cdrom, subject=f"VM {got.name}")
+        if wait:
+            return await _follow(session, ref, running, cdrom, subject=f"VM {got.name}")
+        if got.question is not None:
+            return EjectOutcome(
+                EjectState.QUESTION_PENDING,
+                got.moid,
+                device_key,
+                task_id=running._moId,
+                question=got.question,
+            )
+        task_follow.follow(session, running, vm=ref)
+        return EjectOutcome(EjectState.IN_PROGRESS, got.moid, device_key, task_id=running._moId)
     if cdrom is not None and is_empty(cdrom):
         return EjectOutcome(EjectState.EJECTED, got.moid, device_key, cdrom=cdrom)
     return EjectOutcome(

@@ -119,6 +119,17 @@ class LoginPending(Exception):
         self.key = key
 
 
+class TaskSlotPending(Exception):
+    """Every task slot of the vCenter is taken (`--vsphere-max-tasks-in-flight`); the
+    caller's token waits its turn. Not a `VsphereError`: nothing failed. The caller
+    comes back when a slot is reserved for it (`SessionRegistry.subscribe_tasks`)."""
+
+    def __init__(self, message: str, *, vcenter: str, token: str) -> None:
+        super().__init__(message)
+        self.vcenter = vcenter
+        self.token = token
+
+
 class InvalidSpec(VsphereError):
     """vCenter rejected the request as invalid; retrying the same request cannot help."""
 

@@ -4,7 +4,9 @@ Names and labels are the Go operator's, so dashboards keep working:
 `agent_forge_vsphere_vm_operations_total{operation,result}` and
 `agent_forge_iso_operations_total{operation,result}`; `result` is `success` or the
 error class (`error`, `refused`, `not_found`...). Bytes pulled from ISO sources are
-counted too, so a revalidation that downloads nothing is visible.
+counted too, so a revalidation that downloads nothing is visible. The task cap per
+vCenter shows its use: `agent_forge_vsphere_tasks_in_flight{vcenter}` and
+`agent_forge_vsphere_task_slot_waiters{vcenter}`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from agentforge.vsphere import errors
 
@@ -27,6 +29,17 @@ ISO_OPERATIONS = Counter(
     "agent_forge_iso_operations_total",
     "ISO cache, upload and ejection operations by operation and result",
     ["operation", "result"],
+)
+TASKS_IN_FLIGHT = Gauge(
+    "agent_forge_vsphere_tasks_in_flight",
+    "vCenter tasks of ours in flight (or their slot reserved), per vCenter; at most "
+    "--vsphere-max-tasks-in-flight, except tasks found running after a restart",
+    ["vcenter"],
+)
+TASKS_WAITING = Gauge(
+    "agent_forge_vsphere_task_slot_waiters",
+    "Objects waiting for a task slot of the vCenter (its cap is reached)",
+    ["vcenter"],
 )
 ISO_BYTES_DOWNLOADED = Counter(
     "agent_forge_iso_downloaded_bytes_total",
@@ -82,3 +95,16 @@ def counted(kind: str, operation: str) -> Iterator[Outcome]:
         counter.labels(operation=operation, result=result_of(exc)).inc()
         raise
     counter.labels(operation=operation, result=outcome.result).inc()
+
+
+@contextlib.contextmanager
+def failures(kind: str, operation: str) -> Iterator[None]:
+    """Count only a failure of the block: a task it starts is counted when it ends
+    (by whoever reads its outcome, `vm_op`)."""
+    counter = VM_OPERATIONS if kind == "vm" else ISO_OPERATIONS
+    try:
+        yield
+    except BaseException as exc:
+        if not isinstance(exc, asyncio.CancelledError):
+            counter.labels(operation=operation, result=result_of(exc)).inc()
+        raise

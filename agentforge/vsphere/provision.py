@@ -1,5 +1,11 @@
 """Creating a VM: placed by Storage DRS, marked as ours, idempotent, never half-built.
 
+Two ways to create: `start` (what the controller uses) resolves the placement, asks
+Storage DRS and starts `CreateVM_Task`, then returns its moref at once; the task is
+followed (`task_follow`) and its end is news for the caller, who reads the outcome by
+the recorded moref and then `converge`s the VM (tags, power on: started, not waited
+for). `create` (for scripts and tests) does it all and waits.
+
 Promises:
 - create is idempotent by name + markers: a same-named VM with our exact markers is
   returned (and converged: tags, power), any other is reported as `AlreadyExists` and
@@ -24,8 +30,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import errors, facts, markers, metrics, placement, specs, tags, tasks, vms
+from agentforge.vsphere import (
+    errors,
+    facts,
+    markers,
+    metrics,
+    placement,
+    specs,
+    tags,
+    task_follow,
+    tasks,
+    vms,
+)
 from agentforge.vsphere.session import Session
+from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim
 
 
@@ -44,6 +62,79 @@ class VmRequest:
 
 
 TaskStarted = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What `start` did: started the create task, or found the VM already ours."""
+
+    task: str | None = None
+    """The `CreateVM_Task` moref (followed: its end is news)."""
+    existing: facts.VmFacts | None = None
+    """The name was taken by our own VM (same markers): converge it, create nothing."""
+
+
+async def start(session: Session, request: VmRequest, *, slot: Slot) -> Started:
+    """Start creating the VM; never waits for the task (see the module doc).
+
+    `slot` is bound to the started task, or released when nothing was started."""
+    try:
+        with metrics.failures("vm", "create"):
+            try:
+                return await _start(session, request, slot)
+            except errors.NotFound:
+                placement.invalidate(session, request.placement)  # a stale cached moref
+                return await _start(session, request, slot)
+    finally:
+        if slot.task is None:
+            slot.release()
+
+
+async def _start(session: Session, request: VmRequest, slot: Slot) -> Started:
+    resolved = await placement.resolve(session, request.placement)
+    folder = await placement.ensure_folder(session, resolved)
+    subject = f"VM {request.name}"
+    index = session.content.searchIndex
+    taken = await session.call(
+        lambda: index.FindChild(entity=folder, name=request.name), subject=subject, action="find"
+    )
+    if taken is not None:
+        return Started(existing=await _existing(session, request))
+    ds_ref, ds_name = await _recommend(session, resolved, folder, request)
+    spec = specs.create_spec(
+        name=request.name,
+        hardware=request.hardware,
+        network=resolved.network,
+        datastore_name=ds_name,
+        datastore_ref=ds_ref,
+        iso_file=request.iso_file,
+        markers=request.markers,
+        bios_uuid=request.bios_uuid,
+    )
+    try:
+        task = await session.call(
+            lambda: folder.CreateVM_Task(config=spec, pool=resolved.resource_pool),
+            subject=subject,
+            action="create",
+        )
+    except errors.AlreadyExists:  # DuplicateName on the call: the folder holds the name
+        return Started(existing=await _existing(session, request))
+    return Started(task=task_follow.follow(session, task, slot=slot))
+
+
+async def converge(session: Session, request: VmRequest, *, vm_moid: str, slot: Slot) -> str | None:
+    """Tag the VM and start powering it on; the power-on task's moref (followed), or
+    None when the VM already runs. `slot` is bound to the task or released."""
+    try:
+        await tags.attach(session, vm_moid=vm_moid, tag_ids=request.tag_ids)
+        if not request.power_on:
+            return None
+        return await vms.start_power_on(
+            session, vms.ref_of(session, vm_moid), subject=f"VM {request.name}", slot=slot
+        )
+    finally:
+        if slot.task is None:
+            slot.release()
 
 
 async def create(
@@ -178,6 +269,18 @@ async def _finish(session: Session, ref: Any, request: VmRequest) -> None:
 async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts:
     """The name is taken: ours (same markers) -> converge and return it; a creation of
     that name still running -> `CreationInFlight`; anything else -> refuse."""
+    existing = await _existing(session, request)
+    ref = vms.ref_of(session, existing.moid)
+    await _finish(session, ref, request)
+    got = (await vms.fetch(session, [ref])).get(existing.moid, existing)
+    if got.bios_uuid:
+        session.cache[("vm", got.bios_uuid)] = ref
+    return got
+
+
+async def _existing(session: Session, request: VmRequest) -> facts.VmFacts:
+    """The VM holding the name, when it is ours; else `CreationInFlight` (a creation of
+    that name still runs) or `AlreadyExists` (someone else's)."""
     existing = await vms.find_by_name(session, where=request.placement, name=request.name)
     if existing is None:
         if await _holder_of(session, request) is None:
@@ -198,12 +301,7 @@ async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts
             f"ours ({verdict.value} ownership markers); it is left alone: rename or remove it",
             subject=f"VM {request.name}",
         )
-    ref = vms.ref_of(session, existing.moid)
-    await _finish(session, ref, request)
-    got = (await vms.fetch(session, [ref])).get(existing.moid, existing)
-    if got.bios_uuid:
-        session.cache[("vm", got.bios_uuid)] = ref
-    return got
+    return existing
 
 
 async def _holder_of(session: Session, request: VmRequest) -> Any | None:

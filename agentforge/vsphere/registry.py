@@ -18,6 +18,12 @@ Promises:
   `LoginGuard` first (per-credential backoff after `InvalidLogin`, a budget of
   failed logins per account and window, a per-vCenter circuit breaker): while it
   says no, callers get its `SessionUnavailable` at once and vCenter sees nothing.
+- **Tasks nobody waits for.** One `TaskSlots` per vCenter caps our tasks in flight
+  there (`SessionOptions.max_tasks_in_flight`) and shares the slots fairly between
+  groups; `claim_task_slot` returns a slot or raises `errors.TaskSlotPending` at
+  once. `subscribe_tasks` listeners hear of every followed task that ended and of
+  every slot reserved for a waiting token (`TaskNews`), so the caller's controller
+  reconciles the right object then, instead of a worker waiting.
 - `close()` is bounded: logins in flight are cancelled, sessions log out
   concurrently within `CLOSE_TIMEOUT_S`; threads still blocked on a socket are
   abandoned (they end at their socket timeout; the app does not wait for them).
@@ -38,8 +44,16 @@ from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
 from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.session import Session, SessionOptions
+from agentforge.vsphere.task_slots import Slot, TaskSlots
 
-__all__ = ["CLOSE_TIMEOUT_S", "WAIT_FOR_LOGIN", "Listener", "SessionRegistry"]
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "WAIT_FOR_LOGIN",
+    "Listener",
+    "SessionRegistry",
+    "TaskListener",
+    "TaskNews",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +65,20 @@ Listener = Callable[[SessionKey, errors.SessionUnavailable | None], None]
 """Told the key of every login that ended, and its failure (None: it succeeded, or the
 key only waited for another login of its account to end)."""
 Outcome = Session | errors.SessionUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class TaskNews:
+    """Something a caller that does not wait may be waiting for, on one vCenter."""
+
+    vcenter: str
+    task: str | None = None
+    """A followed task ended (or can no longer be watched): look at it now."""
+    token: str | None = None
+    """A task slot was reserved for this token: claim it now."""
+
+
+TaskListener = Callable[[TaskNews], None]
 
 
 @dataclass(slots=True)
@@ -73,6 +101,8 @@ class SessionRegistry:
         self._buckets: dict[str, TokenBucket] = {}
         self._blocked: dict[AccountKey, set[SessionKey]] = {}
         self._listeners: list[Listener] = []
+        self._slots: dict[str, TaskSlots] = {}
+        self._task_listeners: list[TaskListener] = []
         self._closed = False
 
     # --- for callers ---------------------------------------------------------------
@@ -87,6 +117,50 @@ class SessionRegistry:
                 self._listeners.remove(listener)
 
         return unsubscribe
+
+    def subscribe_tasks(self, listener: TaskListener) -> Callable[[], None]:
+        """Call `listener(news)` for every followed task that ends and every task slot
+        reserved for a waiting token; returns a function that unsubscribes."""
+        self._task_listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._task_listeners.remove(listener)
+
+        return unsubscribe
+
+    def claim_task_slot(self, vcenter: str, *, group: str, token: str) -> Slot:
+        """A slot for one task on `vcenter`, or `errors.TaskSlotPending` (the token waits
+        its turn in `group`; `subscribe_tasks` listeners hear when it comes)."""
+        slots = self.task_slots(vcenter)
+        slot = slots.claim(group=group, token=token)
+        if slot is None:
+            raise errors.TaskSlotPending(
+                f"{slots.in_flight} tasks in flight on vCenter {vcenter} (at most "
+                f"{slots.cap}, --vsphere-max-tasks-in-flight); {slots.waiting} waiting, "
+                f"{slots.position(token) or 0} of them before this one in its group",
+                vcenter=vcenter,
+                token=token,
+            )
+        return slot
+
+    def cancel_task_slot(self, token: str) -> None:
+        """The token no longer waits for a task slot on any vCenter."""
+        for slots in self._slots.values():
+            slots.cancel(token)
+
+    def task_slots(self, vcenter: str) -> TaskSlots:
+        """The cap of one vCenter (made on first use)."""
+        slots = self._slots.get(vcenter)
+        if slots is None:
+
+            def granted(token: str) -> None:
+                self._tell_tasks(TaskNews(vcenter=vcenter, token=token))
+
+            slots = self._slots[vcenter] = TaskSlots(
+                cap=self.options.max_tasks_in_flight, name=vcenter, on_grant=granted
+            )
+        return slots
 
     async def session(self, credentials: Credentials, *, wait: float | None = None) -> Session:
         """The logged-in session for exactly these credentials.
@@ -115,6 +189,8 @@ class SessionRegistry:
     async def close(self) -> None:
         """Cancel logins in flight, log every session out; bounded by `CLOSE_TIMEOUT_S`."""
         self._closed = True
+        for slots in self._slots.values():
+            slots.close()
         logins, self._logins = list(self._logins.values()), {}
         for login in logins:
             login.task.cancel()
@@ -155,6 +231,8 @@ class SessionRegistry:
                 guard=self.guard,
                 relogin=self._relogin,
                 retire=self._retire,
+                slots=self.task_slots(key.netloc),
+                task_ended=self._task_ended,
             )
         self.guard.started(key)
         task = asyncio.create_task(self._login(key, session), name=f"vCenter login {key}")
@@ -251,6 +329,16 @@ class SessionRegistry:
                 rate=self.options.calls_per_second, burst=self.options.burst
             )
         return bucket
+
+    def _task_ended(self, vcenter: str, task: str) -> None:
+        self._tell_tasks(TaskNews(vcenter=vcenter, task=task))
+
+    def _tell_tasks(self, news: TaskNews) -> None:
+        for listener in list(self._task_listeners):
+            try:
+                listener(news)
+            except Exception:
+                log.exception("a vCenter task listener failed")
 
     def _notify(self, key: SessionKey, failure: errors.SessionUnavailable | None) -> None:
         told = [(key, failure)]

@@ -12,13 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentforge.vsphere import cdrom, datastore, errors, facts, iso, provision, task_facts, vms
+from agentforge.vsphere import (
+    cdrom,
+    datastore,
+    errors,
+    facts,
+    iso,
+    provision,
+    task_facts,
+    task_follow,
+    vms,
+)
 from agentforge.vsphere import placement as placements
 from agentforge.vsphere.credentials import Credentials
 from agentforge.vsphere.markers import OwnershipMarkers
 from agentforge.vsphere.placement import Placement, Problem
 from agentforge.vsphere.registry import SessionRegistry
 from agentforge.vsphere.session import Session
+from agentforge.vsphere.task_slots import Slot
 
 
 class VsphereService:
@@ -28,6 +39,11 @@ class VsphereService:
 
     async def session(self) -> Session:
         return await self._registry.session(self.credentials)
+
+    @property
+    def vcenter(self) -> str:
+        """The vCenter (`host:port`) these credentials reach: where the task cap applies."""
+        return self.credentials.netloc
 
     # --- checks -------------------------------------------------------------------
 
@@ -85,6 +101,51 @@ class VsphereService:
             await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid, wanted=markers
         )
 
+    # --- tasks nobody waits for ------------------------------------------------------
+    # A controller claims a slot, starts the task, records the returned moref and
+    # returns; the registry's `subscribe_tasks` listeners hear when the task ended.
+
+    def claim_task_slot(self, *, group: str, token: str) -> Slot:
+        """A slot for one task, or `errors.TaskSlotPending` (see `task_slots`)."""
+        return self._registry.claim_task_slot(self.vcenter, group=group, token=token)
+
+    async def start_create(self, *, request: provision.VmRequest, slot: Slot) -> provision.Started:
+        return await provision.start(await self.session(), request, slot=slot)
+
+    async def converge_vm(
+        self, *, request: provision.VmRequest, vm_moid: str, slot: Slot
+    ) -> str | None:
+        """Tags, then power on started: the task's moref, None when the VM runs."""
+        return await provision.converge(await self.session(), request, vm_moid=vm_moid, slot=slot)
+
+    async def start_delete(
+        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers, slot: Slot
+    ) -> vms.DeleteStep:
+        return await vms.start_delete(
+            await self.session(),
+            datacenter_name=datacenter,
+            bios_uuid=bios_uuid,
+            expected=markers,
+            slot=slot,
+        )
+
+    async def start_stamp(
+        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers, slot: Slot
+    ) -> tuple[facts.VmFacts, str | None]:
+        """Our markers on an unmarked VM, started: its facts and the task (None: ours)."""
+        return await vms.start_stamp(
+            await self.session(),
+            datacenter_name=datacenter,
+            bios_uuid=bios_uuid,
+            wanted=markers,
+            slot=slot,
+        )
+
+    async def follow_task(self, *, task_ref: str) -> None:
+        """Report the end of a task found running (one an earlier process started)."""
+        session = await self.session()
+        task_follow.follow(session, task_facts.task_ref(session, task_ref))
+
     # --- tasks --------------------------------------------------------------------
 
     async def task(self, *, task_ref: str) -> task_facts.TaskFacts:
@@ -107,7 +168,10 @@ class VsphereService:
         device_key: int,
         expected_backing: str,
         markers: OwnershipMarkers,
+        slot: Slot | None = None,
     ) -> cdrom.EjectOutcome:
+        """With `slot`, the reconfigure is started and followed, never waited for
+        (`EjectState.IN_PROGRESS`); without, the call waits (scripts and tests)."""
         return await cdrom.eject(
             await self.session(),
             datacenter_name=datacenter,
@@ -115,6 +179,7 @@ class VsphereService:
             device_key=device_key,
             expected_backing=expected_backing,
             expected_markers=markers,
+            slot=slot,
         )
 
     async def answer_cdrom_lock_question(
@@ -129,13 +194,15 @@ class VsphereService:
         )
 
     async def resume_eject(
-        self, *, datacenter: str, vm_uuid: str, device_key: int
+        self, *, datacenter: str, vm_uuid: str, device_key: int, wait: bool = True
     ) -> cdrom.EjectOutcome:
+        """`wait=False`: a reconfigure still running is followed, not waited for."""
         return await cdrom.resume(
             await self.session(),
             datacenter_name=datacenter,
             bios_uuid=vm_uuid,
             device_key=device_key,
+            wait=wait,
         )
 
     # --- datastore and ISO --------------------------------------------------------

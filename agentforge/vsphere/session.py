@@ -43,6 +43,7 @@ from agentforge.vsphere import connection, errors
 from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard
 from agentforge.vsphere.ratelimit import TokenBucket
+from agentforge.vsphere.task_slots import DEFAULT_CAP, TaskSlots
 from agentforge.vsphere.tasks import TaskWaiter
 from agentforge.vsphere.vmomi import vim
 
@@ -75,6 +76,20 @@ class SessionOptions:
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 5.0
     wait_max_seconds: int = 60
+    task_batch_seconds: float = 0.2
+    """The task waiter gathers registrations and updates this long, so many tasks cost
+    one view change, one interrupted poll and one answer (at most this much later)."""
+    max_tasks_in_flight: int = DEFAULT_CAP
+    """Tasks of ours one vCenter runs at once (`task_slots.TaskSlots`)."""
+
+
+TaskEnded = Callable[[str, str], None]
+"""Told `(vCenter, task moref)` when a followed task ended (or could no longer be
+watched): whoever waits for it should look at it now."""
+
+
+def _nobody(vcenter: str, task: str) -> None:
+    """The default `TaskEnded` listener: nobody to tell."""
 
 
 Relogin = Callable[["Session", int], Awaitable[None]]
@@ -93,6 +108,8 @@ class Session:
         guard: LoginGuard,
         relogin: Relogin,
         retire: Retire,
+        slots: TaskSlots | None = None,
+        task_ended: TaskEnded = _nobody,
     ) -> None:
         self.credentials = credentials
         self.key: SessionKey = credentials.key
@@ -101,6 +118,9 @@ class Session:
         self._guard = guard
         self._relogin = relogin
         self._retire = retire
+        self.slots = slots or TaskSlots(cap=options.max_tasks_in_flight, name=credentials.netloc)
+        self.task_ended = task_ended
+        """Told when a task followed through `task_follow.follow` ends."""
         self._executor = ThreadPoolExecutor(
             max_workers=options.max_workers, thread_name_prefix=f"vsphere-{credentials.host}"
         )

@@ -58,7 +58,11 @@ def task_ref(session: Session, moid: str) -> Any:
 
 
 async def read(session: Session, moid: str) -> TaskFacts:
-    """The task's facts; `errors.NotFound` when vCenter no longer knows the task."""
+    """The task's facts; `errors.NotFound` when vCenter no longer knows the task. A task
+    the session's waiter saw end costs no request."""
+    seen = session.waiter.finished(moid)
+    if seen is not None:
+        return _parse(moid, seen)
     found = await _read_one(session, moid)
     if found is None:
         raise errors.NotFound(f"vCenter no longer knows task {moid}", subject=f"task {moid}")

@@ -4,7 +4,9 @@ Instead of one poll loop per task, the waiter keeps a private PropertyCollector 
 a single filter over a `ListView`. Watching a task (or a VM's pending question) adds
 it to the view; registrations from concurrent callers in the same loop tick are
 coalesced into one `ModifyListView` that also drops finished objects. One long poll,
-`WaitForUpdatesEx`, reports the changes of all of them, and asyncio futures resolve.
+`WaitForUpdatesEx`, reports the changes of all of them. A caller either waits
+(`wait`, for scripts and tests) or, as every controller does, *follows* the task
+(`follow`): its callback runs when the task ends, and nothing waits meanwhile.
 Only `info.state`, `info.error` and `info.result` are read (the whole `info` trips a
 simulator quirk and costs more). The long poll runs on its own thread, so it never
 occupies the bounded call pool, and is not rate limited (it is one request per batch
@@ -29,13 +31,13 @@ import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentforge.vsphere import errors, task_view
 from agentforge.vsphere.task_run import run_task, task_outcome
 from agentforge.vsphere.task_view import QUESTION_PATH, TASK_PATHS
-from agentforge.vsphere.vmomi import vim, vmodl
+from agentforge.vsphere.task_watch import Ended, Seen, Watch, has_question, task_done
+from agentforge.vsphere.vmomi import vmodl
 
 if TYPE_CHECKING:
     from agentforge.vsphere.session import Session
@@ -47,22 +49,15 @@ __all__ = ["QUESTION_PATH", "TASK_PATHS", "TaskWaiter", "run_task", "task_outcom
 REMOVE_BATCH = 32
 
 
-@dataclass(eq=False)
-class _Watch:
-    ref: Any
-    done: Callable[[dict[str, Any]], bool]
-    terminal: bool  # True for tasks: once done, their properties never change again
-    futures: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
-
-
 class TaskWaiter:
     """Resolves futures for task completion and VM questions; owned by a `Session`."""
 
     def __init__(self, *, session: Session) -> None:
         self._session = session
-        self._watches: dict[str, _Watch] = {}
-        self._props: dict[str, dict[str, Any]] = {}  # last known properties of viewed objects
-        self._finished: dict[str, dict[str, Any]] = {}  # tasks seen finished, still in view
+        self._watches: dict[str, Watch] = {}
+        self._seen = Seen()
+        self._props = self._seen.props  # last known properties of viewed objects
+        self._finished = self._seen.finished  # tasks seen finished, still in view
         self._in_view: set[str] = set()
         self._to_add: dict[str, Any] = {}
         self._to_remove: dict[str, Any] = {}
@@ -88,7 +83,7 @@ class TaskWaiter:
 
     async def wait(self, task: Any, *, subject: str, action: str) -> Any:
         """Wait for a task; return `info.result`, raise the typed `info.error`."""
-        values = await self._watch(task, _task_done, terminal=True)
+        values = await self._watch(task, task_done, terminal=True)
         return task_outcome(values, subject=subject, action=action)
 
     async def wait_or_question(self, task: Any, vm: Any) -> tuple[dict[str, Any] | None, Any]:
@@ -97,8 +92,8 @@ class TaskWaiter:
         Returns `(task_props, None)` when the task finished first, or
         `(None, question_info)` while the task still runs with a question pending.
         """
-        task_fut = asyncio.ensure_future(self._watch(task, _task_done, terminal=True))
-        q_fut = asyncio.ensure_future(self._watch(vm, _has_question, terminal=False))
+        task_fut = asyncio.ensure_future(self._watch(task, task_done, terminal=True))
+        q_fut = asyncio.ensure_future(self._watch(vm, has_question, terminal=False))
         try:
             await asyncio.wait({task_fut, q_fut}, return_when=asyncio.FIRST_COMPLETED)
             if task_fut.done():
@@ -110,6 +105,43 @@ class TaskWaiter:
                     fut.cancel()
                     with contextlib.suppress(asyncio.CancelledError, errors.VsphereError):
                         await fut
+
+    def follow(self, ref: Any, *, token: str, ended: Ended, question: bool = False) -> None:
+        """Call `ended` once the task ends (or, with `question`, once the VM `ref` shows
+        a question), without waiting for it. One callback per `token` and object (a
+        second `follow` replaces it); `unfollow` drops it. A task seen finished while
+        still in the view is answered at once (on the next loop iteration)."""
+        if self._closed:
+            raise errors.VsphereError("vCenter session closed")
+        key = ref._moId
+        if not question and key in self._finished:
+            values = dict(self._finished[key])
+            asyncio.get_running_loop().call_soon(ended, values, None)
+            return
+        watch, existed = self._register(
+            ref, has_question if question else task_done, terminal=not question
+        )
+        if existed and watch.done(self._props.get(key, {})):
+            values = dict(self._props[key])
+            asyncio.get_running_loop().call_soon(ended, values, None)
+            if not watch.wanted:
+                self._unwatch(key, watch)
+            return
+        watch.followers[token] = ended
+        self._active.set()
+
+    def finished(self, moid: str) -> dict[str, Any] | None:
+        """The properties of a task this waiter saw end (no request): a finished task
+        never changes again. The last `ENDED_KEPT` are kept."""
+        return self._seen.ended_task(moid)
+
+    def unfollow(self, moid: str, *, token: str) -> None:
+        """Drop `token`'s callback on the object (nothing when there is none)."""
+        watch = self._watches.get(moid)
+        if watch is None or watch.followers.pop(token, None) is None:
+            return
+        if not watch.wanted:
+            self._unwatch(moid, watch)
 
     async def close(self) -> None:
         self._closed = True
@@ -124,11 +156,10 @@ class TaskWaiter:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        for watch in self._watches.values():
-            for fut in watch.futures:
-                if not fut.done():
-                    fut.set_exception(errors.VsphereError("vCenter session closed"))
+        watches = list(self._watches.values())
         self._watches.clear()
+        for watch in watches:
+            watch.fail(errors.VsphereError("vCenter session closed"))
         if self._poller is not None:
             self._poller.shutdown(wait=False, cancel_futures=True)
 
@@ -149,10 +180,31 @@ class TaskWaiter:
         key = ref._moId
         if terminal and key in self._finished:
             return dict(self._finished[key])
+        watch, existed = self._register(ref, done, terminal=terminal)
+        if existed and watch.done(self._props.get(key, {})):
+            return dict(self._props[key])
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        watch.futures.append(fut)
+        self._active.set()
+        try:
+            return await fut
+        finally:
+            if fut in watch.futures:
+                watch.futures.remove(fut)
+            if not watch.wanted and self._watches.get(key) is watch:
+                self._unwatch(key, watch)
+
+    def _register(
+        self, ref: Any, done: Callable[[dict[str, Any]], bool], *, terminal: bool
+    ) -> tuple[Watch, bool]:
+        """The object's watch (and whether it existed), put into the view when new: a
+        new watch never answers from properties seen before it (a VM's may be stale)."""
+        key = ref._moId
         self.start()
         watch = self._watches.get(key)
+        existed = watch is not None
         if watch is None:
-            watch = _Watch(ref=ref, done=done, terminal=terminal)
+            watch = Watch(ref=ref, done=done, terminal=terminal)
             self._watches[key] = watch
             if key not in self._in_view:
                 self._to_add[key] = ref
@@ -163,20 +215,9 @@ class TaskWaiter:
                 else:
                     self._to_add[key] = ref  # flushed as remove, then add: a fresh state
                     self._flush_wanted.set()
-        elif watch.done(self._props.get(key, {})):
-            return dict(self._props[key])
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        watch.futures.append(fut)
-        self._active.set()
-        try:
-            return await fut
-        finally:
-            if fut in watch.futures:
-                watch.futures.remove(fut)
-            if not watch.futures and self._watches.get(key) is watch:
-                self._unwatch(key, watch)
+        return watch, existed
 
-    def _unwatch(self, key: str, watch: _Watch) -> None:
+    def _unwatch(self, key: str, watch: Watch) -> None:
         del self._watches[key]
         if key in self._to_add and key not in self._in_view:
             del self._to_add[key]
@@ -200,7 +241,8 @@ class TaskWaiter:
     async def _flush_loop(self) -> None:
         while True:
             await self._flush_wanted.wait()
-            await asyncio.sleep(0)  # let registrations of this tick coalesce
+            # Let registrations coalesce: one view change, one interrupted poll for many.
+            await asyncio.sleep(self._session.options.task_batch_seconds)
             self._flush_wanted.clear()
             try:
                 await self._flush()
@@ -350,6 +392,8 @@ class TaskWaiter:
             if updates is not None:
                 collector.version = updates.version
                 self._apply(updates)
+                # Let more updates gather before the next poll: one answer for many ends.
+                await asyncio.sleep(self._session.options.task_batch_seconds)
 
     async def _relogin(self, generation: int) -> None:
         try:
@@ -362,26 +406,13 @@ class TaskWaiter:
             await asyncio.sleep(self._session.options.retry_max_seconds)
 
     def _apply(self, updates: Any) -> None:
-        for filter_update in updates.filterSet or []:
-            for obj_update in filter_update.objectSet or []:
-                key = obj_update.obj._moId
-                if obj_update.kind == "leave":  # left the view (we removed it, or it is gone)
-                    self._props.pop(key, None)
-                    continue
-                values = self._props.setdefault(key, {})
-                for change in obj_update.changeSet or []:
-                    values[change.name] = None if change.op == "remove" else change.val
-                if _task_done(values) and isinstance(obj_update.obj, vim.Task):
-                    self._finished[key] = dict(values)
-                watch = self._watches.get(key)
-                if watch is not None and watch.done(values):
-                    for fut in watch.futures:
-                        if not fut.done():
-                            fut.set_result(dict(values))
-                    # Unregister now, not when the waiters resume: the poll loop must
-                    # see at once whether anything is still watched.
-                    watch.futures.clear()
-                    self._unwatch(key, watch)
+        for key, values in self._seen.apply(updates):
+            watch = self._watches.get(key)
+            if watch is not None and watch.done(values):
+                # Unregister first, not when the waiters resume: the poll loop must
+                # see at once whether anything is still watched.
+                self._unwatch(key, watch)
+                watch.resolve(values)
 
     def _forget(self, key: str, exc: BaseException) -> None:
         """Fail the object's watchers and forget it now: no view change or rebuild may
@@ -390,18 +421,7 @@ class TaskWaiter:
         for table in (self._to_add, self._to_remove, self._props, self._finished):
             table.pop(key, None)
         self._in_view.discard(key)
-        if watch is not None:
-            for fut in watch.futures:
-                if not fut.done():
-                    fut.set_exception(exc)
-            watch.futures.clear()
         if not self._watches:
             self._active.clear()
-
-
-def _task_done(props: dict[str, Any]) -> bool:
-    return props.get("info.state") in ("success", "error")
-
-
-def _has_question(props: dict[str, Any]) -> bool:
-    return props.get(QUESTION_PATH) is not None
+        if watch is not None:
+            watch.fail(exc)

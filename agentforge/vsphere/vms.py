@@ -6,7 +6,10 @@ Rules this module keeps:
   `config.uuid`, so a stale cache entry is detected, never trusted);
 - facts of one VM or of many VMs cost one PropertyCollector round trip;
 - (creation lives in `provision`);
-- delete and stamp refuse VMs whose markers are not ours (`OwnershipMismatch`).
+- delete and stamp refuse VMs whose markers are not ours (`OwnershipMismatch`);
+- controllers start power and delete tasks (`start_power_on`, `start_delete`) and
+  never wait for them: the task is followed (`task_follow`) and its end is news;
+  `power_on` and `delete` wait, for scripts and tests.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentforge.vsphere import (
@@ -25,9 +29,11 @@ from agentforge.vsphere import (
     placement,
     props,
     specs,
+    task_follow,
     tasks,
 )
 from agentforge.vsphere.session import Session
+from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim, vmodl
 
 PC = vmodl.query.PropertyCollector
@@ -54,7 +60,12 @@ async def fetch(session: Session, refs: Sequence[Any]) -> dict[str, facts.VmFact
         subject=f"{len(refs)} VM(s)",
         action="read facts of",
     )
-    return {f.moid: facts.parse_vm(f.moid, f.props) for f in found if not props.is_gone(f)}
+    got = {f.moid: facts.parse_vm(f.moid, f.props) for f in found if not props.is_gone(f)}
+    for fetched in found:  # remember the moref by BIOS UUID (re-checked on every read)
+        vm = got.get(fetched.moid)
+        if vm is not None and vm.bios_uuid:
+            session.cache[("vm", vm.bios_uuid)] = fetched.ref
+    return got
 
 
 async def list_folder(session: Session, where: placement.Placement) -> list[facts.VmFacts]:
@@ -174,6 +185,75 @@ async def power_on(session: Session, ref: Any, *, subject: str) -> None:
             raise
 
 
+async def start_power_on(session: Session, ref: Any, *, subject: str, slot: Slot) -> str | None:
+    """Start powering the VM on; the task's moref (followed), or None when it already
+    runs. Never waits for the task; `slot` is bound to it or released."""
+    try:
+        try:
+            task = await session.call(ref.PowerOnVM_Task, subject=subject, action="power on")
+        except errors.InvalidState:
+            got = (await fetch(session, [ref])).get(ref._moId)
+            if got is None or got.power_state is not facts.PowerState.ON:
+                raise
+            return None
+        return task_follow.follow(session, task, slot=slot)
+    finally:
+        if slot.task is None:
+            slot.release()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteStep:
+    """What `start_delete` did to the VM."""
+
+    action: str
+    """"power off", "destroy", or "" when the VM was already gone."""
+    task: str | None = None
+    """The started task's moref (followed: its end is news)."""
+    vm: facts.VmFacts | None = None
+
+
+async def start_delete(
+    session: Session,
+    *,
+    datacenter_name: str,
+    bios_uuid: str,
+    expected: markers.OwnershipMarkers,
+    slot: Slot,
+) -> DeleteStep:
+    """The next step of deleting our VM, started and not waited for: power off while
+    it is not off, then destroy. Refuses a VM that is not ours; `slot` is bound to the
+    started task or released. Call again once the task ended."""
+    try:
+        with metrics.failures("vm", "delete"):
+            got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
+            if got is None:
+                return DeleteStep("")
+            require_ours(got, expected, action="delete")
+            ref = ref_of(session, got.moid)
+            subject = f"VM {got.name}"
+            if got.power_state is not facts.PowerState.OFF:
+                try:
+                    task = await session.call(
+                        ref.PowerOffVM_Task, subject=subject, action="power off"
+                    )
+                    return DeleteStep(
+                        "power off", task_follow.follow(session, task, slot=slot), got
+                    )
+                except errors.InvalidState:
+                    pass  # (it is off by now: destroy it)
+            try:
+                task = await session.call(ref.Destroy_Task, subject=subject, action="destroy")
+            except errors.NotFound:
+                return DeleteStep("")
+            if got.bios_uuid:
+                session.cache.pop(("vm", got.bios_uuid), None)
+            return DeleteStep("destroy", task_follow.follow(session, task, slot=slot), got)
+    finally:
+        if slot.task is None:
+            slot.release()
+
+
 async def power_off_and_destroy(session: Session, ref: Any, got: facts.VmFacts) -> None:
     subject = f"VM {got.name}"
     if got.power_state is not facts.PowerState.OFF:
@@ -231,6 +311,46 @@ async def stamp(
             action="stamp ownership markers on",
         )
         return (await fetch(session, [ref]))[got.moid]
+
+
+async def start_stamp(
+    session: Session,
+    *,
+    datacenter_name: str,
+    bios_uuid: str,
+    wanted: markers.OwnershipMarkers,
+    slot: Slot,
+) -> tuple[facts.VmFacts, str | None]:
+    """`stamp`, started and not waited for: the VM's facts and the reconfigure's moref
+    (followed), or None when the VM is ours already. `slot` is bound or released."""
+    try:
+        with metrics.failures("vm", "stamp"):
+            got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
+            if got is None:
+                raise errors.NotFound(
+                    f"VM with BIOS UUID {bios_uuid} not found in datacenter {datacenter_name}",
+                    subject=f"VM {bios_uuid}",
+                )
+            verdict = markers.verdict(found=got.markers, expected=wanted)
+            if verdict is markers.Verdict.FOREIGN:
+                raise errors.OwnershipMismatch(
+                    f"VM {got.name} carries another owner's markers; not stamping "
+                    f"{wanted.describe()} over them",
+                    subject=f"VM {got.name}",
+                )
+            if verdict is markers.Verdict.OURS:
+                return got, None
+            ref = ref_of(session, got.moid)
+            spec = specs.stamp_spec(wanted)
+            task = await session.call(
+                lambda: ref.ReconfigVM_Task(spec=spec),
+                subject=f"VM {got.name}",
+                action="stamp ownership markers on",
+            )
+            return got, task_follow.follow(session, task, slot=slot)
+    finally:
+        if slot.task is None:
+            slot.release()
 
 
 def require_ours(got: facts.VmFacts, expected: markers.OwnershipMarkers, *, action: str) -> None:

@@ -244,6 +244,52 @@ async def test_update_status_writes_nothing_when_mutate_returns_none(
     assert ("update", "agents.agent-install.openshift.io/status") not in counts
 
 
+async def test_update_status_from_a_current_start_writes_without_a_get(
+    kube: client.KubeClient, namespace: str, proxy: ProxyControl
+) -> None:
+    created = await kube.create(AGENT, agent("a4"), namespace=namespace)
+    await proxy.reset_counts()
+
+    def mutate(obj: dict[str, Any]) -> dict[str, Any]:
+        obj.setdefault("status", {})["debugInfo"] = {"state": "ours"}
+        return obj
+
+    result = await kube.update_status(
+        AGENT, namespace=namespace, name="a4", mutate=mutate, start=created
+    )
+    assert result["status"]["debugInfo"] == {"state": "ours"}
+    counts = await proxy.counts()
+    assert counts.get(("update", "agents.agent-install.openshift.io/status")) == 1
+    assert ("get", "agents.agent-install.openshift.io") not in counts
+
+
+async def test_update_status_from_a_stale_start_retries_from_a_get_and_keeps_the_others_write(
+    kube: client.KubeClient, namespace: str, controlplane: ControlPlane
+) -> None:
+    stale = await kube.create(AGENT, agent("a5"), namespace=namespace)
+    controlplane.direct_client().request(  # another writer moves it on meanwhile
+        "PATCH",
+        AGENT.path(namespace=namespace, name="a5"),
+        body={"metadata": {"labels": {"bumped": "yes"}}},
+        content_type="application/merge-patch+json",
+        expect=(200,),
+    )
+    seen_versions: list[str] = []
+
+    def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
+        seen_versions.append(obj["metadata"]["resourceVersion"])
+        obj.setdefault("status", {})["debugInfo"] = {"state": "ours"}
+        return obj
+
+    result = await kube.update_status(
+        AGENT, namespace=namespace, name="a5", mutate=mutate, start=stale
+    )
+    assert seen_versions[0] == stale["metadata"]["resourceVersion"]
+    assert len(seen_versions) == 2, "the 409 is retried from a fresh GET"
+    assert result["status"]["debugInfo"] == {"state": "ours"}
+    assert result["metadata"]["labels"] == {"bumped": "yes"}
+
+
 async def test_watch_streams_events_from_a_resource_version(
     kube: client.KubeClient, namespace: str
 ) -> None:

@@ -40,16 +40,17 @@ def test_defaults_match_controller_runtime_conventions() -> None:
         timedelta(seconds=10),
         timedelta(seconds=2),
     )
-    assert s.max_concurrent_reconciles == 1
+    assert s.max_concurrent_reconciles == 4
+    assert s.vsphere_max_tasks_in_flight == 64
     assert s.log_level is settings.LogLevel.INFO
     assert s.log_format is settings.LogFormat.JSON
 
 
 def test_flag_wins_over_environment_and_environment_over_default() -> None:
-    env = {"AGENT_FORGE_LOG_LEVEL": "debug", "AGENT_FORGE_MAX_CONCURRENT_RECONCILES": "4"}
+    env = {"AGENT_FORGE_LOG_LEVEL": "debug", "AGENT_FORGE_MAX_CONCURRENT_RECONCILES": "6"}
     s = _load(["--log-level", "error"], env)
     assert s.log_level is settings.LogLevel.ERROR
-    assert s.max_concurrent_reconciles == 4
+    assert s.max_concurrent_reconciles == 6
 
 
 def test_namespace_is_repeatable_and_the_variable_takes_a_comma_list() -> None:

@@ -163,7 +163,7 @@ class FakeApi:
 
     async def update_status(
         self, kind: kinds.Kind, *, namespace: str | None = None, name: str,
-        mutate: Callable[[JsonObj], JsonObj | None], attempts: int = 5,
+        mutate: Callable[[JsonObj], JsonObj | None], attempts: int = 5, start: Any = None,
     ) -> JsonObj:  # fmt: skip
         self._record("get", kind, namespace, name)
         obj = self._existing(kind, namespace, name)

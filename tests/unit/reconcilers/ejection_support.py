@@ -238,6 +238,7 @@ class FakeVsphere:
         device_key: int,
         expected_backing: str,
         markers: vsphere.OwnershipMarkers,
+        slot: Any = None,
     ) -> vsphere.EjectOutcome:
         vm = self._call("eject_cdrom")
         if vm.owner != markers:
@@ -282,7 +283,7 @@ class FakeVsphere:
             vm.finish(vm.running)
 
     async def resume_eject(
-        self, *, datacenter: str, vm_uuid: str, device_key: int
+        self, *, datacenter: str, vm_uuid: str, device_key: int, wait: bool = True
     ) -> vsphere.EjectOutcome:
         vm = self._call("resume_eject")
         if vm.running is not None and vm.questions:

@@ -1,0 +1,126 @@
+"""Keys waiting for a vCenter task, or for a slot to start one, woken when it comes.
+
+No worker waits on vCenter. A reconcile that started a task records its moref in
+status and returns `wait_task(...)`; one that found every task slot of the vCenter
+taken (`vsphere.TaskSlotPending`) returns `wait_slot(...)`. The session registry
+reports every followed task that ended and every slot reserved for a waiting key
+(`SessionRegistry.subscribe_tasks`, one listener per controller), and the keys are
+enqueued at once, as `login_waits` does for logins. The next reconcile reads the
+task's outcome from vCenter by the recorded moref, or claims its reserved slot.
+
+A task whose reference no status field records (adoption's marker stamp) is noted here
+instead (`note`), so the next pass still reads its outcome; after a restart the VM's
+markers tell. A report that arrives before the key registered (the task ended while
+its reference was being written) is remembered for a while, so registering then wakes
+the key at once. A requeue after `TASK_RECHECK_S` / `SLOT_RECHECK_S` is the fallback
+should a report be lost; a deleted object's reservation and place in line are given up
+(`forget`).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Final
+
+from agentforge import vsphere
+from agentforge.kube.controller import Result
+from agentforge.kube.store import ObjectKey
+
+__all__ = ["SLOT_RECHECK_S", "TASK_RECHECK_S", "TaskWaits"]
+
+TASK_RECHECK_S: Final = 300.0
+"""A key waiting for a task looks again after this long even without news."""
+SLOT_RECHECK_S: Final = 60.0
+"""A key waiting for a task slot asks again after this long even without news."""
+REMEMBERED: Final = 4096
+"""Ended tasks remembered for keys that register late."""
+
+Enqueue = Callable[[ObjectKey], None]
+_Task = tuple[str, str]  # (vCenter, task moref)
+
+
+class TaskWaits:
+    def __init__(self, registry: vsphere.SessionRegistry, *, controller: str) -> None:
+        self._registry = registry
+        self._prefix = f"{controller}:"
+        self._waiting: dict[_Task, set[ObjectKey]] = {}
+        self._of_key: dict[ObjectKey, set[_Task]] = {}
+        self._ended: collections.OrderedDict[_Task, None] = collections.OrderedDict()
+        self._noted: dict[tuple[ObjectKey, str], _Task] = {}
+        self._enqueue: Enqueue | None = None
+        self.unsubscribe = registry.subscribe_tasks(self._told)
+
+    def bind(self, enqueue: Enqueue) -> None:
+        """Where woken keys go (the controller's `enqueue`)."""
+        self._enqueue = enqueue
+
+    def token(self, key: ObjectKey) -> str:
+        """The key's token in the task slot queues (this controller's keys only)."""
+        return f"{self._prefix}{key}"
+
+    def wait_task(self, key: ObjectKey, *, vcenter: str, task: str) -> Result:
+        """`key` waits for `task` on `vcenter` to end; the result to return."""
+        item = (vcenter, task)
+        if item in self._ended:
+            self._wake(key)
+        else:
+            self._waiting.setdefault(item, set()).add(key)
+            self._of_key.setdefault(key, set()).add(item)
+        return Result(requeue_after=TASK_RECHECK_S)
+
+    def wait_slot(self, key: ObjectKey, pending: vsphere.TaskSlotPending) -> Result:
+        """`key` waits for a task slot (it is in line already); the result to return."""
+        return Result(requeue_after=SLOT_RECHECK_S)
+
+    def note(self, key: ObjectKey, purpose: str, *, vcenter: str, task: str) -> None:
+        """Remember the task `key` started for `purpose` when no status field records
+        it (a marker stamp): the next pass asks vCenter how it ended."""
+        self._noted[(key, purpose)] = (vcenter, task)
+
+    def noted(self, key: ObjectKey, purpose: str, *, vcenter: str) -> str | None:
+        """The task noted for `purpose`, and forget it (its outcome is read once)."""
+        item = self._noted.pop((key, purpose), None)
+        return item[1] if item is not None and item[0] == vcenter else None
+
+    def forget(self, key: ObjectKey) -> None:
+        """`key` waits for nothing any more (its object is gone)."""
+        for noted in [k for k in self._noted if k[0] == key]:
+            del self._noted[noted]
+        for item in self._of_key.pop(key, set()):
+            keys = self._waiting.get(item)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._waiting[item]
+        self._registry.cancel_task_slot(self.token(key))
+
+    def waiting(self, key: ObjectKey) -> bool:
+        return key in self._of_key
+
+    def awaiting(self, key: ObjectKey, *, vcenter: str, task: str) -> bool:
+        """`key` waits for `task`, followed by this process and not ended yet: asking
+        vCenter about it now would only hear "running" (its end wakes the key)."""
+        return key in self._waiting.get((vcenter, task), ())
+
+    def _told(self, news: vsphere.TaskNews) -> None:
+        if news.token is not None and news.token.startswith(self._prefix):
+            self._wake(ObjectKey(news.token.removeprefix(self._prefix)))
+        if news.task is None:
+            return
+        item = (news.vcenter, news.task)
+        self._ended[item] = None
+        self._ended.move_to_end(item)
+        while len(self._ended) > REMEMBERED:
+            self._ended.popitem(last=False)
+        for key in self._waiting.pop(item, set()):
+            items = self._of_key.get(key)
+            if items is not None:
+                items.discard(item)
+                if not items:
+                    del self._of_key[key]
+            self._wake(key)
+
+    def _wake(self, key: ObjectKey) -> None:
+        if self._enqueue is not None:
+            self._enqueue(key)
