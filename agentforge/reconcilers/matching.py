@@ -4,8 +4,9 @@ An Agent matches a VM by BIOS UUID (from the Agent's SMBIOS serial), else by MAC
 when no BIOS UUID says otherwise, else by hostname equal to the VM name when no
 identity conflicts, else by the VM's previous agentRef when no identity conflicts
 (`snapshot.identity_conflicts`: a differing known BIOS UUID always outranks an equal
-MAC, since MACs repeat across VMs); a VM name two VMs carry is no hostname match for
-either. Each rule runs as one pass over the VMs still unmatched, strongest first, so
+MAC, since MACs repeat across VMs); a VM name two VMs carry (of this pool, or one
+of ours and one another pool claims) is no hostname match for either, and such a
+name makes no hostname claim either (`Claims.claimant`). Each rule runs as one pass over the VMs still unmatched, strongest first, so
 a strong match always wins over a weak one no matter the order of objects, and each
 Agent matches at most one VM.
 
@@ -28,7 +29,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import attrgetter
@@ -90,16 +91,22 @@ def _in_agent_order(agents: Iterable[AgentFacts]) -> list[AgentFacts]:
 
 
 def exclusion(
-    agent: AgentFacts, *, hosted_cluster: NamespacedName, discriminator: str, claims: Claims
+    agent: AgentFacts,
+    *,
+    hosted_cluster: NamespacedName,
+    discriminator: str,
+    claims: Claims,
+    shared_names: Container[str] = frozenset(),
 ) -> Exclusion | None:
     """Why `agent` may not match this pool's VMs, or None when it may. `hosted_cluster`
-    is the pool's ClusterDeployment (control plane namespace, hosted cluster name)."""
+    is the pool's ClusterDeployment (control plane namespace, hosted cluster name);
+    `shared_names` the names of this pool's VMs (`Claims.claimant`)."""
     if agent.cluster_deployment is not None and agent.cluster_deployment != hosted_cluster:
         return Exclusion.OTHER_CLUSTER
     label = agent.labels.get(names.LABEL_NODEPOOL)
     if label and label != discriminator:
         return Exclusion.OTHER_POOL_LABEL
-    if claims and claims.claimant(agent) is not None:
+    if claims and claims.claimant(agent, shared_names=shared_names) is not None:
         return Exclusion.CLAIMED
     return None
 
@@ -110,6 +117,7 @@ def eligible(
     hosted_cluster: NamespacedName,
     discriminator: str,
     claims: Claims,
+    shared_names: Container[str] = frozenset(),
 ) -> list[AgentFacts]:
     """The `agents` without an `exclusion`, in their order.
 
@@ -125,7 +133,7 @@ def eligible(
         label = agent.labels.get(label_key)
         if label and label != discriminator:
             continue
-        if claimant is not None and claimant(agent) is not None:
+        if claimant is not None and claimant(agent, shared_names=shared_names) is not None:
             continue
         found.append(agent)
     return found
@@ -206,10 +214,15 @@ class _Assignment:
 
 
 def assign(
-    vms: Sequence[VsphereAgentFacts], agents: Sequence[AgentFacts]
+    vms: Sequence[VsphereAgentFacts],
+    agents: Sequence[AgentFacts],
+    *,
+    claimed_names: Container[str] = frozenset(),
 ) -> tuple[dict[str, AgentFacts], dict[str, MatchRule]]:
     """`match` for `vms` already `in_vm_order`, as two dicts by VsphereAgent name: the
-    Agent and the rule (no `Match` per VM: the planner only needs the Agents)."""
+    Agent and the rule (no `Match` per VM: the planner only needs the Agents).
+    `claimed_names` are the VM names other pools' VMs carry: no hostname match for
+    ours of those names (the name identifies neither VM)."""
     first, shared = _by_uuid(agents)
     done = _Assignment()
     found, rules, taken = done.found, done.rules, done.taken  # the hot loop: no `take()`
@@ -227,7 +240,7 @@ def assign(
             rules[vm.name] = by_uuid
             taken.add(agent.name)
     if rest:
-        _assign_weaker(vms, rest, _in_agent_order(agents), done)
+        _assign_weaker(vms, rest, _in_agent_order(agents), done, claimed_names)
     return found, rules
 
 
@@ -236,6 +249,7 @@ def _assign_weaker(
     rest: Sequence[VsphereAgentFacts],
     agents: Sequence[AgentFacts],
     done: _Assignment,
+    claimed_names: Container[str],
 ) -> None:
     """The MAC, hostname and agentRef passes over `rest`, the VMs (in order) the BIOS
     UUID pass left unmatched; `agents` are in `_AGENT_ORDER`."""
@@ -255,8 +269,9 @@ def _assign_weaker(
         if vm.name not in found and vm.vm_name in by_hostname:
             if named is None:
                 named = Counter(v.vm_name for v in vms)
-            # a name two VMs carry identifies neither (the agentRef pass may still keep one)
-            if named[vm.vm_name] != 1:
+            # a name two VMs carry identifies neither, also when another pool's VM is
+            # the second one (the agentRef pass may still keep one)
+            if named[vm.vm_name] != 1 or vm.vm_name in claimed_names:
                 continue
             candidates = [
                 a

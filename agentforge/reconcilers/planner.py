@@ -215,15 +215,17 @@ def plan(snapshot: Snapshot) -> Plan:
         },
     )
     demand = demand_.demand(agent_machines=snapshot.agent_machines, machines=snapshot.machines)
+    claims = snapshot.claims
     eligible = matching.eligible(
         snapshot.agents,
         hosted_cluster=NamespacedName(cpns, pool.spec.hosted_cluster_ref.name),
         discriminator=discriminator(pool),
-        claims=snapshot.claims,
+        claims=claims,
+        shared_names={va.vm_name for va in snapshot.vsphere_agents} if claims else frozenset(),
     )
     # one sort serves matching and the order of `Plan.vms`
     ordered = matching.in_vm_order(snapshot.vsphere_agents)
-    matches, _ = matching.assign(ordered, eligible)
+    matches, _ = matching.assign(ordered, eligible, claimed_names=claims.by_vm_name)
 
     live: list[VsphereAgentFacts] = []
     retiring: list[VsphereAgentFacts] = []
@@ -271,7 +273,7 @@ def plan(snapshot: Snapshot) -> Plan:
         if phase in _PENDING:
             pending += 1
         if phase is _AVAILABLE and agent is not None and not agent.deleting:
-            patch = preparation.patch(va, agent)
+            patch = preparation.patch(va, agent, record.handover)
             if patch is not None:
                 patches.append(patch)
         if not cleanup or phase not in _CLEANUP_CANDIDATES:

@@ -1,6 +1,7 @@
 """Applying a pool's plan: the API calls, in an order that is safe to stop anywhere.
 
-1. Agent preparation patches (merge patches of the differing fields only).
+1. Agent preparation patches (merge patches of the differing fields only), except
+   those that follow a hand-over record this plan writes (step 6).
 2. Clean-up: VsphereAgent deletions (UID precondition: a re-created object of the
    same name is never hit).
 3. Each VsphereAgent's `status.vm` phase fields and `status.handover`, written only
@@ -9,10 +10,12 @@
    effect of the hand-over.
 4. Hand-overs: the VsphereAgent's selection label moves to the new AgentMachine, as a
    merge patch conditional on the version that carries the record (a 409 means it
-   changed meanwhile: the next pass decides again). The Agent follows in a later pass
-   (preparation reads the record), never before the record is stored.
+   changed meanwhile: the next pass decides again).
 5. Creations: one VsphereAgent per AgentMachine no VM can serve
    (`vsphere_agent_create`).
+6. The Agent patches held back in step 1 (`AgentPatch.after_record`): the Agent of a
+   handed-over VM gets the new selection label once the record is stored, never
+   before, and in the same pass, so the next plan finds nothing left to do.
 
 The first failing call stops the plan (`StepFailed`, with the object and the fix in
 its message); the pool reconciles again with backoff. Until the cache shows the
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -160,7 +163,7 @@ class PlanApplier:
         """Run the plan's API calls. `prepared` collects the Agents patched (the caller
         reports them, `plan_reports`), also when a later step fails."""
         namespace = pool.metadata.namespace
-        await self._prepare(pool, plan, prepared)
+        await self._prepare(pool, [p for p in plan.patches if p.after_record is None], prepared)
         deleted: set[str] = set()
         for deletion in plan.deletions:
             await self.step(
@@ -185,13 +188,19 @@ class PlanApplier:
         owned, stored = await self._write_vms(pool, plan, skip=deleted)
         requeue = await self._hand_over(key, pool, pool_obj, plan, stored)
         await self._create(key, pool, plan)
+        # `deleted` now also holds the VsphereAgents found gone while writing records
+        await self._prepare(
+            pool,
+            [p for p in plan.patches if p.after_record is not None and p.after_record not in deleted],
+            prepared,
+        )
         return Applied(owned=owned, requeue=requeue)
 
     async def _prepare(
-        self, pool: VsphereAgentPool, plan: planner.Plan, prepared: list[str]
+        self, pool: VsphereAgentPool, patches: Sequence[planner.AgentPatch], prepared: list[str]
     ) -> None:
         namespace = pool.metadata.namespace
-        for patch in plan.patches:
+        for patch in patches:
             if await self.step(
                 f"patch Agent {namespace}/{patch.agent}",
                 self._client.patch_merge(
@@ -229,10 +238,11 @@ class PlanApplier:
                         mutate=_vm_mutation(record, where),
                     )
 
-                await self.step(
+                if not await self.step(
                     f"update the status of VsphereAgent {namespace}/{record.vsphere_agent}",
                     write(),
-                )
+                ):
+                    skip.add(record.vsphere_agent)  # gone: no patch follows its record
                 version = ((written or {}).get("metadata") or {}).get("resourceVersion")
                 if isinstance(version, str) and version:
                     stored[record.vsphere_agent] = version

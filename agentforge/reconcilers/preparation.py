@@ -3,10 +3,12 @@
 DOMAIN.md section 3: the pool's labels, the nodepool discriminator (the pool's own
 `agent-forge.containeroo.ch/nodepool` label value, else the NodePool's name), the
 role label and `spec.role`, `spec.hostname` = the VM name, the selection label (the
-AgentMachine the VM serves: the target of a hand-over once `status.handover` records
-it, else the one it was made for; the VM name for an adopted VM) and, unless the
-pool says `approve: false`, `spec.approved=true`. A patch holds only the fields that
-differ, so a prepared Agent costs nothing and the patch is safe to repeat.
+AgentMachine the VM serves: the target of a hand-over as the plan records it in
+`status.handover`, else the one it was made for; the VM name for an adopted VM) and,
+unless the pool says `approve: false`, `spec.approved=true`. A patch holds only the
+fields that differ, so a prepared Agent costs nothing and the patch is safe to
+repeat. A patch that names a hand-over's target before its record is stored waits
+for that record (`AgentPatch.after_record`, applied by `pool_apply`).
 
 Pure: no I/O.
 """
@@ -19,7 +21,7 @@ from typing import Any, Final, NamedTuple
 
 from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers.snapshot import AgentFacts, VsphereAgentFacts
+from agentforge.reconcilers.snapshot import AgentFacts, HandoverFacts, VsphereAgentFacts
 
 _SELECTION: Final = names.LABEL_AGENT_MACHINE
 
@@ -29,6 +31,10 @@ class AgentPatch(NamedTuple):
     vm: str
     patch: Mapping[str, Any]
     """An RFC 7386 merge patch holding only the fields that differ."""
+    after_record: str | None = None
+    """The VsphereAgent whose `status.handover` this plan writes and whose AgentMachine
+    the selection label names: apply only once that record is stored (it is the
+    checkpoint of the hand-over)."""
 
 
 def discriminator(pool: VsphereAgentPool) -> str:
@@ -58,18 +64,26 @@ class Preparation:
         del base[names.LABEL_AGENT_MACHINE]
         return cls(labels=base, role=pool.spec.agent.role, approve=pool.spec.agent.approve)
 
-    def patch(self, va: VsphereAgentFacts, agent: AgentFacts) -> AgentPatch | None:
+    def patch(
+        self, va: VsphereAgentFacts, agent: AgentFacts, handover: HandoverFacts | None
+    ) -> AgentPatch | None:
+        """The patch preparing `agent` for `va`, whose `status.handover` the plan keeps
+        (or writes) as `handover`: the selection label follows the plan's decision, so
+        the next plan, once this one is applied, finds nothing to patch."""
         have = agent.labels
         vm_name = va.vm_name
         labels: dict[str, str] = {}
         for key, value in self.labels.items():
             if have.get(key) != value:
                 labels[key] = value
-        handover = va.handover  # `va.target`, inlined: this runs per VM per plan
+        # `va.target` with the plan's record, inlined: this runs per VM per plan
         target = handover.selection if handover is not None and handover.to else va.agent_machine
         selection = target or vm_name
+        after = None
         if have.get(_SELECTION) != selection:
             labels[_SELECTION] = selection
+            if handover != va.handover:
+                after = va.name
         spec: dict[str, Any] = {}
         if agent.role != self.role:
             spec["role"] = self.role
@@ -84,4 +98,4 @@ class Preparation:
             patch["metadata"] = {"labels": labels}
         if spec:
             patch["spec"] = spec
-        return AgentPatch(agent.name, vm_name, patch)
+        return AgentPatch(agent.name, vm_name, patch, after)

@@ -17,7 +17,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -447,11 +447,19 @@ class Claims:
     def __bool__(self) -> bool:
         return bool(self.by_vm_name)
 
-    def claimant(self, agent: AgentFacts) -> Claim | None:
+    def claimant(
+        self, agent: AgentFacts, *, shared_names: Container[str] = frozenset()
+    ) -> Claim | None:
         """The other pool's claim on `agent`: by BIOS UUID, by name (agentRef), by MAC,
         or by hostname, each only while the claim's VM identity does not conflict with
         the Agent's (`identity_conflicts`: a differing known BIOS UUID always wins over
-        an equal MAC, so two VMs sharing a MAC never claim each other's Agents)."""
+        an equal MAC, so two VMs sharing a MAC never claim each other's Agents).
+
+        `shared_names` are the VM names the asking pool's VMs carry: a hostname equal to
+        one of them names two VMs and identifies neither, so it claims nothing (as two
+        VMs of one pool sharing a name, `matching`). Otherwise the asking pool's own
+        preparation (`spec.hostname` = its VM's name) would hand the Agent it matched
+        to the other pool on its next plan."""
         if agent.bios_uuid:
             found = self.by_uuid.get(agent.bios_uuid)
             if found:
@@ -462,7 +470,7 @@ class Claims:
                 claim = _first_agreeing(self.by_mac.get(mac), agent)
                 if claim is not None:
                     break
-        if claim is None and agent.hostname:
+        if claim is None and agent.hostname and agent.hostname not in shared_names:
             claim = _first_agreeing(self.by_vm_name.get(agent.hostname), agent)
         return claim
 

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
+from agentforge.api.vm import VMPhase
+from agentforge.reconcilers.phases import Ref
 from agentforge.reconcilers.snapshot import Claim, agent_facts
 from tests.unit.reconcilers.planner_support import (
     CPNS,
@@ -135,7 +137,8 @@ def test_each_agent_backs_at_most_one_vm_and_excluded_agents_none(world: World) 
     assert len(used) == len(set(used))
     for name in used + [p.agent for p in plan.patches]:
         facts = agent_facts(world.agents[name])
-        assert snapshot.claims.claimant(facts) is None
+        shared = {va.vm_name for va in snapshot.vsphere_agents}
+        assert snapshot.claims.claimant(facts, shared_names=shared) is None
         assert facts.cluster_deployment in (None, NamespacedName(CPNS, "demo"))
         assert facts.labels.get(names.LABEL_NODEPOOL) in (None, "workers")
 
@@ -160,3 +163,62 @@ def test_the_plan_does_not_depend_on_input_order(world: World) -> None:
         bucket.clear()
         bucket.update(reversed(items))
     assert world.plan() == forward
+
+
+# --- counterexamples the idempotence property found, kept as explicit cases -----------
+
+
+def test_a_vm_name_another_pool_claims_does_not_take_the_agent_the_plan_prepared() -> None:
+    """Our VM `vm-1` keeps its Agent by agentRef; preparation sets `spec.hostname` to
+    `vm-1`, which another pool's VM is named too. That name identifies neither VM, so
+    it is no claim: the next plan keeps the match (it once turned Orphaned)."""
+    world = World().add(
+        vsphere_agent_obj(
+            "am-3", vm_name="vm-1", agent_ref="a-0", created_for="adopted", phase="Available",
+            reason="AgentAvailable",
+        ),
+        agent_obj("a-0"),  # no BIOS UUID, no MAC: only the agentRef says which VM
+    )  # fmt: skip
+    world.claims = [Claim("other", "x", "vm-1", uuid(0), None, "a-2")]
+    first = world.plan()
+    assert [(r.vsphere_agent, r.agent) for r in first.vms] == [
+        ("am-3", Ref("a-0", "uid-agent-a-0"))
+    ]
+    assert first.patches[0].patch["spec"]["hostname"] == "vm-1"
+    world.apply(first)
+    second = world.plan()
+    assert second.changed_vms == () and second.patches == ()
+    assert second.vms[0].phase is VMPhase.AVAILABLE
+
+
+def test_a_shared_vm_name_is_no_hostname_match_either() -> None:
+    """An Agent whose hostname is a VM name of ours and of another pool's VM is
+    neither pool's by hostname (nor claimed by the other): nothing matches it."""
+    world = World().add(
+        vsphere_agent_obj("am-0", vm_name="vm-1"), agent_obj("a-0", hostname="vm-1")
+    )
+    world.claims = [Claim("other", "x", "vm-1", uuid(0), None, None)]
+    plan = world.plan()
+    assert plan.vms[0].agent is None
+    world.claims = []
+    assert world.plan().vms[0].agent == Ref("a-0", "uid-agent-a-0")  # unambiguous: matched
+
+
+def test_the_agent_of_a_vm_handed_over_gets_the_new_selection_in_the_same_plan() -> None:
+    """`am-1` (its AgentMachine gone) is handed to the waiting `am-0`: the Agent's
+    selection label names `am-0` at once (it was once patched to `am-1` first, then
+    to `am-0` by the next plan), held back until the record is stored (`after_record`)."""
+    world = World().add(
+        vsphere_agent_obj("am-0", created_for="adopted"),
+        vsphere_agent_obj("am-1"),
+        agent_obj("a-3", hostname="vm-am-1"),
+        agent_machine_obj("am-0"),
+    )
+    first = world.plan()
+    assert [(h.vsphere_agent, h.agent_machine) for h in first.handovers] == [("am-1", "am-0")]
+    (patch,) = first.patches
+    assert patch.patch["metadata"]["labels"][names.LABEL_AGENT_MACHINE] == "am-0"
+    assert patch.after_record == "am-1"
+    world.apply(first)
+    second = world.plan()
+    assert second.patches == () and second.changed_vms == ()

@@ -224,24 +224,34 @@ async def test_a_label_move_that_fails_is_resumed_to_the_same_agent_machine() ->
     assert [b["metadata"]["name"] for b in created(h)] == ["am-aaa"]
 
 
-async def test_the_agent_is_relabelled_only_once_the_record_is_stored() -> None:
+async def test_the_agent_is_relabelled_once_the_record_is_stored_in_the_same_pass() -> None:
     h = replaced()
     h.api.put(agent_obj("a1", bios_uuid=uuid(1), labels={names.LABEL_AGENT_MACHINE: "am-old"}))
     h.sync()
     va = vsphere_agents(h)["am-old"]
     va["status"]["vm"].update(phase="Available", reason="AgentAvailable")
     h.sync()
-    await reconcile(h)
+    h.api.faults[("update-status", "VsphereAgent")] = errors.ServerError(
+        status=500, reason="InternalError", message="etcd timeout"
+    )
+    await reconcile(h)  # the record could not be stored: the Agent keeps its label
+    assert "handover" not in vsphere_agents(h)["am-old"]["status"]
     agent_patches = [c for c in h.api.calls if c.kind == "Agent" and c.verb == "patch"]
     assert all(
         (p.body.get("metadata") or {}).get("labels", {}).get(names.LABEL_AGENT_MACHINE) != "am-new"
         for p in agent_patches
     )
+    del h.api.faults[("update-status", "VsphereAgent")]
     h.sync()
     h.api.calls.clear()
     await reconcile(h)
+    order = [(c.verb, c.kind, c.name) for c in h.api.calls]
+    record = order.index(("update-status", "VsphereAgent", "am-old"))
     (patch,) = [c for c in h.api.calls if c.kind == "Agent" and c.verb == "patch"]
+    assert order.index(("patch", "Agent", "a1")) > record  # the checkpoint first
     assert patch.body["metadata"]["labels"][names.LABEL_AGENT_MACHINE] == "am-new"
     h.sync()
+    h.api.calls.clear()
     await reconcile(h)
+    assert [c for c in h.api.calls if c.kind == "Agent" and c.verb == "patch"] == []
     assert "handover" not in vsphere_agents(h)["am-old"]["status"]  # done: record cleared
