@@ -6,9 +6,9 @@ identity conflicts, else by the VM's previous agentRef when no identity conflict
 (`snapshot.identity_conflicts`: a differing known BIOS UUID always outranks an equal
 MAC, since MACs repeat across VMs); a VM name two VMs carry (of this pool, or one
 of ours and one another pool claims) is no hostname match for either, and such a
-name makes no hostname claim either (`Claims.claimant`). Each rule runs as one pass over the VMs still unmatched, strongest first, so
-a strong match always wins over a weak one no matter the order of objects, and each
-Agent matches at most one VM.
+name makes no hostname claim either (`Claims.claimant`). Each rule runs as one pass
+over the VMs still unmatched, strongest first, so a strong match always wins over a
+weak one no matter the order of objects, and each Agent matches at most one VM.
 
 Lookups are dicts; sorting, which makes ties deterministic, is the only super-linear
 step. The VMs are sorted once (`in_vm_order`, an order the planner shares), the

@@ -189,11 +189,8 @@ class PlanApplier:
         requeue = await self._hand_over(key, pool, pool_obj, plan, stored)
         await self._create(key, pool, plan)
         # `deleted` now also holds the VsphereAgents found gone while writing records
-        await self._prepare(
-            pool,
-            [p for p in plan.patches if p.after_record is not None and p.after_record not in deleted],
-            prepared,
-        )
+        held = [p for p in plan.patches if p.after_record is not None]
+        await self._prepare(pool, [p for p in held if p.after_record not in deleted], prepared)
         return Applied(owned=owned, requeue=requeue)
 
     async def _prepare(

@@ -324,8 +324,9 @@ class World:
     def plan(self) -> planner.Plan:
         return planner.plan(self.snapshot())
 
-    def apply(self, plan: planner.Plan) -> None:
-        """The world after the controller applied `plan` (deletions: marked deleting)."""
+    def apply(self, plan: planner.Plan, *, handovers: bool = False) -> None:
+        """The world after the controller applied `plan` (deletions: marked deleting;
+        with `handovers`, the hand-overs' selection labels moved too)."""
         for patch in plan.patches:
             merge(self.agents[patch.agent], patch.patch)
         for record in plan.vms:
@@ -336,6 +337,9 @@ class World:
         for deletion in plan.deletions:
             meta = self.vsphere_agents[deletion.vsphere_agent]["metadata"]
             meta["deletionTimestamp"] = format_time(self.now)
+        for handover in plan.handovers if handovers else ():
+            labels = self.vsphere_agents[handover.vsphere_agent]["metadata"]["labels"]
+            labels[names.LABEL_AGENT_MACHINE] = handover.selection
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
