@@ -44,6 +44,14 @@ lock-upgrade: venv ## move locked pins to the newest releases (PACKAGE=name: onl
 sbom: venv ## write requirements.cdx.json, the CycloneDX SBOM of requirements.lock
 	$(PY) -m scripts.lock --sbom
 
+.PHONY: floors
+floors: venv ## unit + a few control-plane tests on the oldest releases pyproject allows (constraints-floors.txt)
+	$(VENV)/bin/uv venv --quiet --allow-existing --python $(PYTHON) .venv-floors
+	$(VENV)/bin/uv pip install --quiet --python .venv-floors -e '.[dev]' -c constraints-floors.txt
+	.venv-floors/bin/python -m pytest tests/unit --ignore=tests/unit/test_lock.py \
+	  tests/kube/test_informer.py tests/kube/test_client.py tests/kube/test_process.py \
+	  tests/vcsim/test_datastore.py $(PYTEST_ARGS)
+
 .PHONY: controlplane
 controlplane: ## build etcd + kube-apiserver from Go modules (once)
 	@scripts/build-go-tools.sh controlplane

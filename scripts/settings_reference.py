@@ -1,8 +1,9 @@
 """The flag and environment-variable table of docs/configuration.md, generated from the code.
 
-`agentforge.settings.OPTIONS` is the one list of the operator's settings (the CLI and
-the environment reader are built from it); this script renders it, with each
-setting's default read from the `Settings` model, between the markers below in
+`agentforge.settings.OPTIONS` lists the operator's settings as the fields of the
+pydantic-settings model `Settings` declare them (the CLI and the environment reader
+are built from the same fields); this script renders it, with each setting's
+default read from the model, between the markers below in
 `docs/configuration.md`. `make docs` rewrites the table; `--check` (run by
 `make lint` and a unit test) fails when the committed table differs from the code.
 """
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if current != wanted:
             print(
                 f"{TARGET.relative_to(TARGET.parent.parent)}: the settings table is out of "
-                "date with agentforge/settings.py: run `make docs`",
+                "date with agentforge/settings/: run `make docs`",
                 file=sys.stderr,
             )
             return 1

@@ -15,9 +15,7 @@
   At teardown its log must not contain the vCenter password.
 
 On failure the operator's log (every run) and the world's journal are attached to
-the report. While no reconciler is wired into `agentforge.app.CONTROLLERS` the
-operator does nothing, so tests that need it are marked xfail with that reason
-instead of failing for want of a feature that has not landed.
+the report.
 """
 
 from __future__ import annotations
@@ -73,12 +71,6 @@ async def world(
     sim_world.check()
 
 
-def _reconcilers_wired() -> bool:
-    from agentforge import app  # noqa: PLC0415 (imported late: only e2e needs it)
-
-    return bool(app.CONTROLLERS)
-
-
 @pytest.fixture
 async def operator(
     request: pytest.FixtureRequest,
@@ -87,8 +79,6 @@ async def operator(
     world: World,
     tmp_path: Path,
 ) -> AsyncIterator[OperatorHarness]:
-    if not _reconcilers_wired():
-        pytest.xfail("no reconciler is wired into agentforge.app.CONTROLLERS yet")
     harness = OperatorHarness(
         kubeconfig=operator_kubeconfig,
         namespaces=(world.namespace, world.control_plane_namespace),

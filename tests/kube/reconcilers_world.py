@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from prometheus_client import REGISTRY
 
 from agentforge import vsphere
 from agentforge.api import crdgen, kinds, names
@@ -414,6 +415,32 @@ class World:
 
     # --- controllers --------------------------------------------------------------------
 
+    async def settled(self, kind: kinds.Kind, name: str, controller: Controller) -> None:
+        """Wait until the cache holds the API server's current version of `name` and
+        `controller` is idle: it has seen (and reconciled) its own last write."""
+
+        async def check() -> bool:
+            current = await self.get(kind, name)
+            cached = self.informers[kind].get(namespace=self.namespace, name=name)
+            version = ((current or {}).get("metadata") or {}).get("resourceVersion")
+            seen = ((cached or {}).get("metadata") or {}).get("resourceVersion")
+            idle = len(controller.queue) == 0 and not controller.queue.processing
+            return version is not None and version == seen and idle
+
+        await self.wait_for(f"{controller.name} to see {kind.kind} {name} as stored", check)
+
+    async def reconciled(self, controller: Controller, key: str) -> None:
+        """Enqueue `key` and wait until `controller` has finished one more reconcile
+        (its `agent_forge_reconcile_total` rose) and is idle again."""
+        before = reconcile_count(controller)
+        controller.enqueue(key)  # type: ignore[arg-type]
+
+        async def check() -> bool:
+            idle = len(controller.queue) == 0 and not controller.queue.processing
+            return reconcile_count(controller) > before and idle
+
+        await self.wait_for(f"{controller.name} to reconcile {key}", check)
+
     @contextlib.asynccontextmanager
     async def run(
         self, *, vm_controller: bool = True, infra_controller: bool = True, ejection: bool = False
@@ -450,6 +477,17 @@ class World:
                 await task
         await self.deps.events.flush()  # as a clean shutdown does
         await self.credentials.close()
+
+
+def reconcile_count(controller: Controller) -> float:
+    """Reconciles `controller` finished, whatever their result (the operator's metric)."""
+    return sum(
+        REGISTRY.get_sample_value(
+            "agent_forge_reconcile_total", {"controller": controller.name, "result": result}
+        )
+        or 0.0
+        for result in ("success", "error", "requeue", "requeue_after")
+    )
 
 
 @contextlib.asynccontextmanager

@@ -99,6 +99,30 @@ async def _leading(op: OperatorProcess, lease_name: str) -> bool:
     return await op.metric("leader_election_master_status", name=lease_name) == 1
 
 
+async def _lease_reads(op: OperatorProcess) -> float:
+    """The GETs of Leases `op` sent (its attempts to acquire or renew)."""
+    return sum(
+        value
+        for name, labels, value in await op.metrics()
+        if name == "agent_forge_kube_requests_total"
+        and labels.get("verb") == "get"
+        and labels.get("resource", "").startswith("leases")
+    )
+
+
+async def _lease_reads_beyond(op: OperatorProcess, count: float) -> bool:
+    return await _lease_reads(op) >= count
+
+
+async def _until(check: Any, *, within: float) -> None:
+    """Poll `check` (another process's /metrics, or the Lease: nothing to await)."""
+    async with asyncio.timeout(within):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.1)
+
+
 async def _leader_of(
     pair: tuple[OperatorProcess, OperatorProcess], lease_name: str, *, within: float = 20
 ) -> tuple[OperatorProcess, OperatorProcess]:
@@ -115,7 +139,10 @@ async def test_of_two_operators_exactly_one_leads_and_the_lease_names_it(
     pair: tuple[OperatorProcess, OperatorProcess], lease_name: str, kube: client.KubeClient
 ) -> None:
     leader_op, standby = await _leader_of(pair, lease_name)
-    await asyncio.sleep(3)  # several retry periods: the standby must stay a standby
+    # The standby must stay a standby: wait until it has read the Lease twice more
+    # (two retry periods, each an attempt that found the Lease held).
+    seen = await _lease_reads(standby)
+    await _until(lambda: _lease_reads_beyond(standby, seen + 2), within=20)
     assert await _leading(leader_op, lease_name)
     assert not await _leading(standby, lease_name)
     assert await standby.readyz() == 200  # warm: caches synced while not leading
@@ -186,13 +213,32 @@ async def test_a_leader_that_cannot_renew_stops_and_exits_1_before_the_lease_exp
     assert not [e for e in leader_op.log_entries() if e.get("msg") == "released leader lease"]
 
 
+class _CountingStore(leader.KubeLeaseStore):
+    """The real Lease store, counting each candidate's reads of the Lease."""
+
+    def __init__(self, reads: dict[str, int], who: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._reads, self._who = reads, who
+
+    async def get(self) -> leader.StoredLease | None:
+        self._reads[self._who] = self._reads.get(self._who, 0) + 1
+        return await super().get()
+
+
+async def _all_read_twice(reads: dict[str, int], electors: list[leader.LeaderElector]) -> bool:
+    return all(reads.get(e.identity, 0) >= 2 for e in electors)
+
+
 async def test_racing_electors_on_the_real_lease_produce_one_holder(
     kube: client.KubeClient, lease_name: str
 ) -> None:
     store = leader.KubeLeaseStore(client=kube, namespace=NAMESPACE, name=lease_name)
+    reads: dict[str, int] = {}
     electors = [
         leader.LeaderElector(
-            store=leader.KubeLeaseStore(client=kube, namespace=NAMESPACE, name=lease_name),
+            store=_CountingStore(
+                reads, f"candidate-{i}", client=kube, namespace=NAMESPACE, name=lease_name
+            ),
             name=lease_name,
             identity=f"candidate-{i}",
             lease_duration=15,
@@ -203,7 +249,10 @@ async def test_racing_electors_on_the_real_lease_produce_one_holder(
     ]
     tasks = [asyncio.create_task(e.acquire()) for e in electors]
     done, pending = await asyncio.wait(tasks, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-    await asyncio.sleep(2.5)  # every loser retried at least once
+    # Every loser retried at least once (a second read of the Lease) and still lost.
+    await _until(
+        lambda: _all_read_twice(reads, [electors[tasks.index(t)] for t in pending]), within=10
+    )
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)

@@ -137,12 +137,20 @@ async def test_metrics_expose_workqueue_leader_reconcile_and_client_metrics(
 
 
 async def test_only_the_leader_runs_controllers_and_a_new_leader_reconciles_everything(
-    operator_kubeconfig: Path, kube: client.KubeClient, namespace: str, tmp_path: Path
+    operator_kubeconfig: Path,
+    reader: MetricsReader,
+    kube: client.KubeClient,
+    namespace: str,
+    tmp_path: Path,
 ) -> None:
     lease_name = f"t-{secrets.token_hex(4)}"
     args = _leader_args(lease_name)
-    a = OperatorProcess(operator_kubeconfig, *args, log_path=tmp_path / "a.log", probe=True)
-    b = OperatorProcess(operator_kubeconfig, *args, log_path=tmp_path / "b.log", probe=True)
+    a, b = (
+        OperatorProcess(
+            operator_kubeconfig, *args, log_path=tmp_path / f"{n}.log", probe=True, metrics=reader
+        )
+        for n in ("a", "b")
+    )
     async with a, b:
         await asyncio.gather(a.wait_ready(within=60), b.wait_ready(within=60))
         leader_op = await first_to_log([a, b], "became leader", within=20)
@@ -150,7 +158,11 @@ async def test_only_the_leader_runs_controllers_and_a_new_leader_reconciles_ever
         await kube.create(AGENT, _agent("gated", stamp=time.time()), namespace=namespace)
         key = f"{namespace}/gated"
         await leader_op.wait_log("probe reconciled", within=10, where={"key": key})
-        await asyncio.sleep(1)
+        # The standby has no controller to reconcile with: no probe work queue exists,
+        # so no waiting can make it reconcile; and it logged no reconcile.
+        assert await standby.metric("leader_election_master_status", name=lease_name) == 0
+        assert await standby.metric("workqueue_adds_total", name="probe") is None
+        assert await leader_op.metric("workqueue_adds_total", name="probe") is not None
         assert not [e for e in standby.log_entries() if e["msg"] == "probe reconciled"]
         leader_op.terminate()
         assert await leader_op.wait_exit(within=10) == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -75,8 +74,7 @@ async def test_a_vm_is_created_once_with_the_pools_hardware_markers_iso_and_tags
         await world.create_vsphere_agent("va1")
         va = await created(world, "va1")
         for ctrl in controllers:  # further reconciles must not create again
-            ctrl.enqueue(f"{world.namespace}/va1")  # type: ignore[arg-type]
-        await asyncio.sleep(1.0)
+            await world.reconciled(ctrl, f"{world.namespace}/va1")
     vms = await world.vms()
     assert [v.name for v in vms] == [world.vm_name("va1")]
     vm = vms[0]
@@ -107,13 +105,12 @@ async def test_a_recorded_vm_costs_nothing_on_later_reconciles(
         await pool_with_iso(world)
         await world.create_vsphere_agent("va1")
         await created(world, "va1")
-        await asyncio.sleep(0.5)  # let the controller see its own last write
+        vm_ctrl = controllers[-1]
+        await world.settled(VA, "va1", vm_ctrl)  # the controller saw its own last write
         await vcsim_control.reset_counters()
         await proxy.reset_counts()
-        vm_ctrl = controllers[-1]
         for _ in range(3):
-            vm_ctrl.enqueue(f"{world.namespace}/va1")  # type: ignore[arg-type]
-            await asyncio.sleep(0.2)
+            await world.reconciled(vm_ctrl, f"{world.namespace}/va1")
         counts = await proxy.counts()
     assert (await vcsim_control.counters()).get("methods", {}) == {}
     ours = {k: n for k, n in counts.items() if k[1].startswith("vsphereagents")}

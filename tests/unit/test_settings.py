@@ -188,3 +188,61 @@ def test_cli_version_prints_version_python_and_platform(
     assert main(["version"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["agentforge", "python", "platform"]
+
+
+def test_every_variable_sets_its_setting_as_its_flag_does(tmp_path: Path) -> None:
+    """The variable pydantic-settings reads for each field is the documented one
+    (`AGENT_FORGE_<FLAG>`), and it gives the same value as the flag."""
+    (tmp_path / "kubeconfig").write_text("{}")
+    for name in ("server.crt", "server.key"):
+        (tmp_path / name).write_text("x")
+    values = {
+        "--kubeconfig": str(tmp_path / "kubeconfig"),
+        "--namespace": "clusters-demo",
+        "--metrics-bind-address": ":9443",
+        "--metrics-secure": "true",
+        "--metrics-cert-path": str(tmp_path),
+        "--metrics-cert-name": "server.crt",
+        "--metrics-cert-key": "server.key",
+        "--health-probe-bind-address": ":9081",
+        "--leader-elect": "true",
+        "--leader-election-namespace": "agent-forge-system",
+        "--leader-election-id": "elsewhere.example.com",
+        "--lease-duration": "20s",
+        "--renew-deadline": "12s",
+        "--retry-period": "3s",
+        "--max-concurrent-reconciles": "7",
+        "--vsphere-max-workers": "9",
+        "--vsphere-qps": "25",
+        "--vsphere-burst": "30",
+        "--vsphere-max-tasks-in-flight": "11",
+        "--credentials-refresh-interval": "2m",
+        "--vsphere-connect-timeout": "5s",
+        "--vsphere-login-timeout": "20s",
+        "--vsphere-call-timeout": "1m",
+        "--vsphere-login-backoff": "1m",
+        "--vsphere-login-backoff-max": "10m",
+        "--vsphere-max-failed-logins": "3",
+        "--vsphere-failed-login-window": "5m",
+        "--vsphere-session-idle-timeout": "10m",
+        "--iso-ca-bundle": str(tmp_path / "ca.pem"),
+        "--iso-max-size": "1Gi",
+        "--log-level": "debug",
+        "--log-format": "text",
+    }
+    assert set(values) == {option.flag for option in settings.OPTIONS}
+    env = {}
+    for option in settings.OPTIONS:
+        assert option.env == "AGENT_FORGE_" + option.flag[2:].replace("-", "_").upper()
+        env[option.env] = values[option.flag]
+    from_env = _load([], env)
+    from_flags = _load([f"{flag}={value}" for flag, value in values.items()])
+    assert from_env == from_flags
+    defaults = settings.Settings()
+    # Each variable was read (--metrics-secure's false is tested above: a certificate
+    # directory needs it true, its default).
+    assert [
+        o.field
+        for o in settings.OPTIONS
+        if getattr(from_env, o.field) == getattr(defaults, o.field)
+    ] == ["metrics_secure"]

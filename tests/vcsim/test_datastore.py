@@ -25,7 +25,11 @@ async def _put(service: VsphereService, path: str, data: bytes) -> None:
 async def test_mkdir_creates_parents_and_tolerates_existing(service: VsphereService) -> None:
     base = f"af-tests/{uuid.uuid4().hex[:8]}"
     await service.make_directory(where=ISO_DS, path=f"{base}/a/b/c")
+    await _put(service, f"{base}/a/b/c/one.iso", b"1")
+    # Again, over the existing tree: no error, and what the directory holds stays.
     await service.make_directory(where=ISO_DS, path=f"{base}/a/b/c")
+    files = await service.list_files(where=ISO_DS, prefix=base)
+    assert [(f.path, f.size) for f in files] == [(f"{base}/a/b/c/one.iso", 1)]
 
 
 async def test_exists_list_and_delete(service: VsphereService) -> None:

@@ -307,10 +307,13 @@ async def test_a_kill_mid_move_leaves_only_true_names(
         await _until(moving)
     finally:
         await _kill(proc)
-    await asyncio.sleep(2.0)  # the task ends by itself after the kill, as on vCenter
-    await vcsim_control.set_delay("MoveDatastoreFile_Task", 0, stage="task")
     digest = hashlib.sha256(source.body).hexdigest()
-    assert f"{digest}.iso" in final_files(folder)
+
+    async def moved() -> bool:
+        return f"{digest}.iso" in final_files(folder)
+
+    await _until(moved)  # the task ends by itself after the kill, as on vCenter
+    await vcsim_control.set_delay("MoveDatastoreFile_Task", 0, stage="task")
     assert untrue_names(folder) == []
     result = await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
     assert (result.sha256, result.reused) == (digest, True)
