@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
-from agentforge.reconcilers.snapshot import Claim, agent_facts
+from agentforge.reconcilers.planning.snapshot import Claim, agent_facts
 from tests.unit.reconcilers.planner_support import (
     CPNS,
     World,
