@@ -5,6 +5,7 @@ the informer indexes (`indexes`), a pool's spec in the vSphere layer's terms
 (`pool_specs`), the reasons of the Events the controllers record (`event_reasons`) and
 which of them may be combined onto their pool (`event_groups`).
 
-May import `agentforge.api`, `agentforge.kube`, `agentforge.vsphere` and
-`agentforge.redaction`; no controller package and not `reconcilers.planning`.
+May import `agentforge.api`, `agentforge.kube`, `agentforge.vsphere`,
+`agentforge.redaction` and `reconcilers.planning`; no controller package and not
+`reconcilers.waits` (import-linter: the reconcilers' layers).
 """

@@ -6,5 +6,5 @@ registry reports the end and the key is enqueued again (`task_waits`, `login_wai
 The task waiter itself (one PropertyCollector long poll) is `agentforge/vsphere/tasks.py`.
 
 May import `agentforge.vsphere` and `agentforge.kube` (controller results, keys); no
-controller package.
+controller package and not `reconcilers.common` (import-linter: the reconcilers' layers).
 """
