@@ -47,9 +47,10 @@ from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import event_groups, registry
-from agentforge.reconcilers.deps import Deps
-from agentforge.reconcilers.secret_source import SecretCredentials
+from agentforge.reconcilers import registry
+from agentforge.reconcilers.common import event_groups
+from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.settings import Settings
 from agentforge.vsphere import IsoAccess
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers import planner
-from agentforge.reconcilers.snapshot import (
+from agentforge.reconcilers.planning import planner
+from agentforge.reconcilers.planning.snapshot import (
     agent_facts,
     agent_machine_facts,
     machine_facts,
@@ -193,7 +193,7 @@ async def run(ctx: Context) -> Section:
         f"{len(first_plan.patches)} Agent patches, {len(first_plan.changed_vms)} VM records "
         "to write.",
         "The cold figure (parsing every object through its api view) is paid once per "
-        "object version; later reconciles read the memo (`reconcilers/memo.py`).",
+        "object version; later reconciles read the memo (`reconcilers/pool/memo.py`).",
         "The reference loop takes about 60-80 ms on an idle modern core; on a shared, "
         "busy machine every figure stretches with it, so read the plan times through the "
         "ratio (best-of figures are the least disturbed by other load).",

@@ -7,8 +7,13 @@ Order is start order; each factory installs the informer indexes it needs
 from __future__ import annotations
 
 from agentforge.kube.controller import Controller
-from agentforge.reconcilers import ejection, indexes, infra, pool, scaleup, vm
-from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.ejection import ejection
+from agentforge.reconcilers.infra import infra
+from agentforge.reconcilers.pool import pool
+from agentforge.reconcilers.scaleup import scaleup
+from agentforge.reconcilers.vm import vm
 
 
 def controllers(deps: Deps) -> list[Controller]:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.reconcilers import ejection_crashpoints
+from agentforge.reconcilers.ejection import ejection_crashpoints
 from sim.actors.vcenter import VmFact
 from sim.operator import MetricsReader, OperatorProcess
 from sim.vcsim import VcsimControl

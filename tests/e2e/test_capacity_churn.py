@@ -19,7 +19,7 @@ import contextlib
 from typing import Any
 
 from agentforge.api import kinds, names
-from agentforge.reconcilers.assignment import HANDOVER_GRACE
+from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE
 from sim.vcsim import VcsimControl
 from sim.world import World
 from tests.e2e.support import (

@@ -30,9 +30,13 @@ from agentforge.kube import config as kube_config
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import ejection, infra, pool, scaleup, vm
-from agentforge.reconcilers.deps import CredentialsError, CredentialsSource, Deps
-from agentforge.reconcilers.secret_source import SecretCredentials
+from agentforge.reconcilers.common.deps import CredentialsError, CredentialsSource, Deps
+from agentforge.reconcilers.ejection import ejection
+from agentforge.reconcilers.infra import infra
+from agentforge.reconcilers.infra.secret_source import SecretCredentials
+from agentforge.reconcilers.pool import pool
+from agentforge.reconcilers.scaleup import scaleup
+from agentforge.reconcilers.vm import vm
 from sim.controlplane.controlplane import ControlPlane
 
 IDENTITY = "agent-forge-it"

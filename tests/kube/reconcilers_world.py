@@ -36,10 +36,12 @@ from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import ejection as eject
-from agentforge.reconcilers import infra, naming, vm
-from agentforge.reconcilers.deps import Deps
-from agentforge.reconcilers.secret_source import SecretCredentials
+from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.ejection import ejection as eject
+from agentforge.reconcilers.infra import infra
+from agentforge.reconcilers.infra.secret_source import SecretCredentials
+from agentforge.reconcilers.planning import naming
+from agentforge.reconcilers.vm import vm
 from sim.actors.isoserver import discovery_iso
 from sim.vcsim.launcher import Vcsim
 

@@ -18,9 +18,13 @@ import pytest
 
 from agentforge.api import kinds, names
 from agentforge.kube import client, config
-from agentforge.reconcilers.credentials import CredentialsNotShared, SecretUnreadable, not_shared
-from agentforge.reconcilers.deps import CredentialsError
-from agentforge.reconcilers.secret_source import SecretCredentials
+from agentforge.reconcilers.common.deps import CredentialsError
+from agentforge.reconcilers.infra.credentials import (
+    CredentialsNotShared,
+    SecretUnreadable,
+    not_shared,
+)
+from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from sim.controlplane.control import ProxyControl
 
 pytestmark = pytest.mark.controlplane

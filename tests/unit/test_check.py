@@ -12,8 +12,8 @@ import yaml
 from rich.console import Console
 
 from agentforge import __main__ as cli
-from agentforge import check
-from agentforge.check_render import (
+from agentforge.check import command as check
+from agentforge.check.render import (
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,

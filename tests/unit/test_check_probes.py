@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agentforge import check_probes, check_rbac, check_secret
 from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.check_render import Status
+from agentforge.check import probes as check_probes
+from agentforge.check import rbac as check_rbac
+from agentforge.check import secret as check_secret
+from agentforge.check.render import Status
 from agentforge.kube import errors as kube_errors
 from agentforge.kube.client import ListResult
-from agentforge.reconcilers.credentials import parse_credentials
-from agentforge.reconcilers.deps import CredentialsError
+from agentforge.reconcilers.common.deps import CredentialsError
+from agentforge.reconcilers.infra.credentials import parse_credentials
 
 
 def pool(**vsphere: Any) -> VsphereAgentPool:

@@ -23,11 +23,11 @@ from agentforge.api.conditions import (
 )
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.ejection_status import EjectionEvent
-from agentforge.reconcilers.event_reasons import InfraEvent, VmEvent
-from agentforge.reconcilers.metrics import CapacityState
-from agentforge.reconcilers.pool import PoolEvent
-from agentforge.reconcilers.scaleup import ScaleUpEvent
+from agentforge.reconcilers.common.event_reasons import InfraEvent, VmEvent
+from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
+from agentforge.reconcilers.pool.metrics import CapacityState
+from agentforge.reconcilers.pool.pool import PoolEvent
+from agentforge.reconcilers.scaleup.scaleup import ScaleUpEvent
 from scripts import settings_reference, validate_manifests
 from sim.world import DEFAULT_INFRAENV, DEFAULT_SECRET, samples
 
@@ -188,7 +188,8 @@ def test_every_operator_flag_named_in_the_docs_exists() -> None:
     """A flag of several words whose first word is one of the operator's (`--vsphere-...`,
     `--iso-...`, `--metrics-...`) must be a flag of `agentforge run` or `agentforge
     check` (one-word flags such as kubectl's `--as` are left alone)."""
-    from agentforge import check, settings  # noqa: PLC0415
+    from agentforge import settings  # noqa: PLC0415
+    from agentforge.check import command as check  # noqa: PLC0415
 
     ours = {option.flag for option in settings.OPTIONS}
     ours |= {flag for action in check.parser()._actions for flag in action.option_strings}

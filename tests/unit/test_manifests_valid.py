@@ -22,7 +22,7 @@ import yaml
 
 from agentforge import settings
 from agentforge.api import names
-from agentforge.reconcilers import credentials
+from agentforge.reconcilers.infra import credentials
 from scripts import kustomize, validate_manifests
 from sim.paths import binary
 

@@ -27,9 +27,9 @@ from yarl import URL
 
 from agentforge import observability, redaction
 from agentforge.kube import conditions, events
-from agentforge.reconcilers.credentials import parse_credentials
-from agentforge.reconcilers.deps import CredentialsError
-from agentforge.reconcilers.iso_cache import CheckReason
+from agentforge.reconcilers.common.deps import CredentialsError
+from agentforge.reconcilers.infra.credentials import parse_credentials
+from agentforge.reconcilers.infra.iso_cache import CheckReason
 from agentforge.redaction import REDACTED, redact, redact_url
 from agentforge.settings import LogFormat, LogLevel
 from agentforge.vsphere import errors as vsphere_errors
@@ -146,7 +146,7 @@ def _ordinary_messages() -> list[str]:
         "a token bucket needs rate > 0 and burst >= 1",
         "token file /var/run/secrets/kubernetes.io/serviceaccount/token is empty",
         "vAPI session for administrator@vsphere.local@vc.example:443 returned no token",
-        # vsphere/service.py, reconcilers/infra.py, kube/transport.py
+        # vsphere/service.py, reconcilers/infra/infra.py, kube/transport.py
         "check username and password in the credentials Secret",
         "add the vCenter CA bundle to the credentials Secret",
         "vCenter vc.example:443 reachable as administrator@vsphere.local; datacenter dc1",
@@ -157,7 +157,7 @@ def _ordinary_messages() -> list[str]:
         "or fix spec.vsphere.credentialsSecretRef",
         "fix the Secret's keys: server, username, password (insecure, caBundle)",
         "not checked: no usable credentials Secret",
-        # reconcilers/iso_cache.py through infra_iso's log line, and an ISO path
+        # reconcilers/infra/iso_cache.py through infra_iso's log line, and an ISO path
         *(
             f"checking the ISO of pool demo/{name}: {reason.value}"
             for name in TRICKY_NAMES

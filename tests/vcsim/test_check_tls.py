@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from agentforge import check_probes, check_secret
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.check_render import Status
+from agentforge.check import probes as check_probes
+from agentforge.check import secret as check_secret
+from agentforge.check.render import Status
 from agentforge.vsphere import Credentials, SessionRegistry
 
 pytestmark = pytest.mark.vcsim

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agentforge.reconcilers import iso_cache
+from agentforge.reconcilers.infra import iso_cache
 from agentforge.vsphere import (
     IsoInvalid,
     IsoLimits,

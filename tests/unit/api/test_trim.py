@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names, trim, views
-from agentforge.reconcilers import indexes, snapshot
+from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.planning import snapshot
 
 Load = Callable[[str], dict[str, Any]]
 

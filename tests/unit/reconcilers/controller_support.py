@@ -20,8 +20,8 @@ from agentforge.api import kinds
 from agentforge.kube import errors
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import key_for
-from agentforge.reconcilers import indexes
-from agentforge.reconcilers.deps import Deps
+from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.common.deps import Deps
 from tests.unit.reconcilers.planner_support import NOW, merge
 
 JsonObj = dict[str, Any]

@@ -21,9 +21,9 @@ from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import ISOEjectionRecord, VsphereAgent
-from agentforge.reconcilers import ejection_decide as decide
-from agentforge.reconcilers.ejection_decide import Device, Observation
-from agentforge.reconcilers.vm_context import VmContext
+from agentforge.reconcilers.ejection import ejection_decide as decide
+from agentforge.reconcilers.ejection.ejection_decide import Device, Observation
+from agentforge.reconcilers.vm.vm_context import VmContext
 from agentforge.vsphere import facts as vfacts
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi, Harness, harness

@@ -29,8 +29,9 @@ from typing import Any
 from agentforge.api import names
 from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers import planner, pool_status, vsphere_agent_create
-from agentforge.reconcilers.snapshot import agent_facts
+from agentforge.reconcilers.planning import planner
+from agentforge.reconcilers.planning.snapshot import agent_facts
+from agentforge.reconcilers.pool import pool_status, vsphere_agent_create
 from tests.unit.reconcilers.planner_support import (
     CLUSTER,
     CPNS,

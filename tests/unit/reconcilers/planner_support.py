@@ -16,8 +16,8 @@ from typing import Any
 from agentforge.api import names
 from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers import planner, pool_status
-from agentforge.reconcilers.snapshot import (
+from agentforge.reconcilers.planning import planner
+from agentforge.reconcilers.planning.snapshot import (
     Claim,
     Claims,
     agent_facts,
@@ -26,6 +26,7 @@ from agentforge.reconcilers.snapshot import (
     machine_facts,
     vsphere_agent_facts,
 )
+from agentforge.reconcilers.pool import pool_status
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NS = "demo"

@@ -14,9 +14,10 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube.controller import Result
 from agentforge.kube.store import key_for
-from agentforge.reconcilers import ejection, vm
-from agentforge.reconcilers.ejection_status import EjectionEvent
-from agentforge.reconcilers.vm_context import VmContext
+from agentforge.reconcilers.ejection import ejection
+from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
+from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm.vm_context import VmContext
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi

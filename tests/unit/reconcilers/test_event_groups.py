@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentforge.reconcilers import event_groups
+from agentforge.reconcilers.common import event_groups
 from tests.unit.reconcilers.planner_support import NS, POOL, vsphere_agent_obj
 
 

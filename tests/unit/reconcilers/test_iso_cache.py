@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
-from agentforge.reconcilers import iso_cache
-from agentforge.reconcilers.iso_cache import CheckReason, StoredFile
+from agentforge.reconcilers.infra import iso_cache
+from agentforge.reconcilers.infra.iso_cache import CheckReason, StoredFile
 from agentforge.vsphere import IsoLimits, IsoResult, Validators
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

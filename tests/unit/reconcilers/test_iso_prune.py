@@ -14,7 +14,7 @@ from agentforge import vsphere
 from agentforge.api import wire
 from agentforge.api.pool import ISOHistoryEntry, ISOStatus, VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, Ownership, VsphereAgent
-from agentforge.reconcilers import iso_prune
+from agentforge.reconcilers.infra import iso_prune
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 PREFIX = "agent-forge/ns/pool"

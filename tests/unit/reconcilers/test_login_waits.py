@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agentforge import vsphere
-from agentforge.reconcilers.login_waits import LoginWaits
+from agentforge.reconcilers.waits.login_waits import LoginWaits
 
 
 def closed_port() -> int:

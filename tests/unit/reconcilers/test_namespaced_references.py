@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from agentforge.api import kinds, names, views
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers import indexes, matching, pool_snapshot
-from agentforge.reconcilers.pool_specs import INDEX_POOLS_BY_SECRET, install_indexes
-from agentforge.reconcilers.snapshot import Claims, agent_facts, vsphere_agent_facts
+from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.common.pool_specs import INDEX_POOLS_BY_SECRET, install_indexes
+from agentforge.reconcilers.planning import matching
+from agentforge.reconcilers.planning.snapshot import Claims, agent_facts, vsphere_agent_facts
+from agentforge.reconcilers.pool import pool_snapshot
 from tests.unit.reconcilers.controller_support import harness
 from tests.unit.reconcilers.planner_support import (
     CLUSTER,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.planner import HANDOVER_GRACE, ORPHAN_GRACE
-from agentforge.reconcilers.snapshot import Claim
+from agentforge.reconcilers.planning.planner import HANDOVER_GRACE, ORPHAN_GRACE
+from agentforge.reconcilers.planning.snapshot import Claim
 from tests.unit.reconcilers.planner_support import (
     CPNS,
     NOW,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agentforge.api.conditions import Condition, ConditionStatus, PoolConditionType, PoolReason
 from agentforge.api.pool import PlannedActionType
-from agentforge.reconcilers import planner
-from agentforge.reconcilers.demand import Counts
+from agentforge.reconcilers.planning import planner
+from agentforge.reconcilers.planning.demand import Counts
 from tests.unit.reconcilers.planner_support import (
     NOW,
     World,

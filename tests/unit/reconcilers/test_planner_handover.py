@@ -12,7 +12,7 @@ from datetime import timedelta
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.planner import HANDOVER_GRACE, Plan
+from agentforge.reconcilers.planning.planner import HANDOVER_GRACE, Plan
 from tests.unit.reconcilers.planner_support import (
     CPNS,
     NOW,

@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from agentforge.api import names
-from agentforge.reconcilers.assignment import HANDOVER_GRACE
-from agentforge.reconcilers.phases import ORPHAN_GRACE
-from agentforge.reconcilers.snapshot import agent_facts
+from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE
+from agentforge.reconcilers.planning.phases import ORPHAN_GRACE
+from agentforge.reconcilers.planning.snapshot import agent_facts
 from tests.unit.reconcilers.handover_world import Model
 
 PHASES_BOUND = {"Bound", "Released"}

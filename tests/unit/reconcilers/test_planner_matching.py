@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agentforge.api import names
-from agentforge.reconcilers import matching
-from agentforge.reconcilers.snapshot import (
+from agentforge.reconcilers.planning import matching
+from agentforge.reconcilers.planning.snapshot import (
     Claim,
     Claims,
     agent_facts,

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
-from agentforge.reconcilers import matching
-from agentforge.reconcilers.snapshot import (
+from agentforge.reconcilers.planning import matching
+from agentforge.reconcilers.planning.snapshot import (
     AgentFacts,
     Claim,
     Claims,

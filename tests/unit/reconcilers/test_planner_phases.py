@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.planner import ORPHAN_GRACE
+from agentforge.reconcilers.planning.planner import ORPHAN_GRACE
 from tests.unit.reconcilers.planner_support import (
     NOW,
     World,

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase
-from agentforge.reconcilers.phases import Ref
-from agentforge.reconcilers.snapshot import Claim, agent_facts
+from agentforge.reconcilers.planning.phases import Ref
+from agentforge.reconcilers.planning.snapshot import Claim, agent_facts
 from tests.unit.reconcilers.planner_support import (
     CPNS,
     World,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from agentforge.api import kinds, names
 from agentforge.kube import errors
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import naming, pool
+from agentforge.reconcilers.planning import naming
+from agentforge.reconcilers.pool import pool
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NS,

@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY
 from agentforge.api import kinds, names
 from agentforge.kube import errors
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import pool
-from agentforge.reconcilers.planner import ORPHAN_GRACE
+from agentforge.reconcilers.planning.planner import ORPHAN_GRACE
+from agentforge.reconcilers.pool import pool
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,

@@ -6,9 +6,10 @@ import copy
 from datetime import UTC, datetime
 
 from agentforge.api import kinds, names
-from agentforge.reconcilers import indexes, pool_snapshot
-from agentforge.reconcilers.memo import FactsMemo
-from agentforge.reconcilers.snapshot import agent_facts, vsphere_agent_facts
+from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.planning.snapshot import agent_facts, vsphere_agent_facts
+from agentforge.reconcilers.pool import pool_snapshot
+from agentforge.reconcilers.pool.memo import FactsMemo
 from tests.unit.reconcilers.controller_support import harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,

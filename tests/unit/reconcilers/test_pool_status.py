@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 from agentforge.api.conditions import ConditionStatus, PoolConditionType
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers import pool_conditions, pool_status
-from agentforge.reconcilers.planner import Ref, VMRecord
+from agentforge.reconcilers.planning import pool_conditions
+from agentforge.reconcilers.planning.planner import Ref, VMRecord
+from agentforge.reconcilers.pool import pool_status
 from tests.unit.reconcilers.planner_support import NOW, WHERE, World, agent_machine_obj
 
 EARLIER = datetime(2026, 2, 1, tzinfo=UTC)

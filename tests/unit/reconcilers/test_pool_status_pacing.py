@@ -12,9 +12,9 @@ from agentforge.api.pool import PlannedActionType
 from agentforge.kube.controller import Result
 from agentforge.kube.events import FLUSH_INTERVAL_S
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import plan_reports, pool, pool_status, status_pacing
-from agentforge.reconcilers.planner_actions import Action
-from agentforge.reconcilers.pool_conditions import ConditionDecision
+from agentforge.reconcilers.planning.planner_actions import Action
+from agentforge.reconcilers.planning.pool_conditions import ConditionDecision
+from agentforge.reconcilers.pool import plan_reports, pool, pool_status, status_pacing
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NOW,

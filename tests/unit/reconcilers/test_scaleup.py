@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import naming, scaleup
+from agentforge.reconcilers.planning import naming
+from agentforge.reconcilers.scaleup import scaleup
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,

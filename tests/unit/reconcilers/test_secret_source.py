@@ -18,15 +18,15 @@ import pytest
 
 from agentforge.api import kinds, names
 from agentforge.kube import errors
-from agentforge.reconcilers.credentials import (
+from agentforge.reconcilers.common.deps import CredentialsError
+from agentforge.reconcilers.infra.credentials import (
     CredentialsNotShared,
     SecretUnreadable,
     allowed_namespaces,
     not_shared,
     shared_with,
 )
-from agentforge.reconcilers.deps import CredentialsError
-from agentforge.reconcilers.secret_source import SecretCredentials
+from agentforge.reconcilers.infra.secret_source import SecretCredentials
 
 ANNOTATION = names.ANNOTATION_ALLOWED_NAMESPACES
 

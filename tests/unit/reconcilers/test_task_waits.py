@@ -7,7 +7,7 @@ import pytest
 from agentforge import vsphere
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.task_waits import SLOT_RECHECK_S, TASK_RECHECK_S, TaskWaits
+from agentforge.reconcilers.waits.task_waits import SLOT_RECHECK_S, TASK_RECHECK_S, TaskWaits
 
 VC = "vc.example.test:443"
 KEY = ObjectKey("ns/va1")

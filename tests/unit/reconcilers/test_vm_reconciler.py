@@ -9,8 +9,9 @@ import pytest
 
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers import ejection, vm
-from agentforge.reconcilers.vm_context import VmContext
+from agentforge.reconcilers.ejection import ejection
+from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm.vm_context import VmContext
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NS,

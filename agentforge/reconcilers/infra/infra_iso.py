@@ -1,0 +1,321 @@
+"""The `infra` controller's ISO step: check the InfraEnv image when due, cache it, prune.
+
+Split from `infra` so each module stays one concern: this one turns a pool, its
+InfraEnv and the cache rules of `iso_cache` into an `Outcome` (conditions, the new
+`status.iso`, events, the next wake-up); `infra` runs it and writes status once.
+
+Pruning runs after a check when the ISO changed or history is beyond retention, and
+also when a sweep for stale temporary uploads is due (`iso_cache.sweep_due`, from the
+time of this process's last sweep of the pool, kept in `IsoInputs.swept`): a killed
+upload leaves its `.upload-*.iso` behind whether or not anything else changes.
+
+The InfraEnv's URL carries the image service's key; it is shown only in its
+redacted form (`redaction.redact_url`, in `status.iso.url` and in every message,
+which `vsphere` builds from the same form), and conditions pass `redaction.redact`
+as built, so what is compared with status is what is written. A status an older
+version wrote with another form of the URL is corrected without a check
+(`iso_cache.shown_status`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from agentforge import redaction, vsphere
+from agentforge.api import views
+from agentforge.api.conditions import PoolConditionType, PoolReason
+from agentforge.api.pool import ISOStatus, VsphereAgentPool
+from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.kube.events import EventType
+from agentforge.kube.informer import Informer
+from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common.event_reasons import InfraEvent
+from agentforge.reconcilers.infra import iso_cache, iso_prune
+
+__all__ = ["Cond", "IsoInputs", "Outcome", "check_iso"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    type: PoolConditionType
+    ok: bool
+    reason: PoolReason
+    message: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one reconcile decided: conditions, the new `status.iso`, events, wake-ups."""
+
+    conditions: list[Cond] = field(default_factory=list)
+    iso: ISOStatus | None = None
+    events: list[tuple[EventType, InfraEvent, str]] = field(default_factory=list)
+    wake_at: list[datetime] = field(default_factory=list)
+    retry: bool = False
+
+    def condition(
+        self, type_: PoolConditionType, *, ok: bool, reason: PoolReason, message: str
+    ) -> None:
+        self.conditions.append(Cond(type_, ok, reason, redaction.redact(message)))
+
+    def event(self, type_: EventType, reason: InfraEvent, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+@dataclass(frozen=True, slots=True)
+class IsoInputs:
+    """The caches and settings the ISO step reads."""
+
+    pools: Informer
+    infra_envs: Informer
+    agents: Informer
+    limits: vsphere.IsoLimits | None = None
+    """Overrides `access.limits` (tests)."""
+    access: vsphere.IsoAccess = field(default_factory=vsphere.IsoAccess)
+    """Trust, proxy and limits of downloads from the image service (the flags)."""
+    swept: dict[str, datetime] = field(default_factory=dict)
+    """When this process last looked for stale uploads of a pool (by `ns/name`)."""
+
+    @property
+    def effective_limits(self) -> vsphere.IsoLimits:
+        return self.limits or self.access.limits
+
+    @property
+    def stale_upload_age(self) -> timedelta:
+        return self.effective_limits.stale_upload_age
+
+    def forget(self, key: str) -> None:
+        self.swept.pop(key, None)
+
+
+async def check_iso(
+    pool: VsphereAgentPool,
+    *,
+    inputs: IsoInputs,
+    service: vsphere.VsphereService,
+    outcome: Outcome,
+    now: datetime,
+) -> None:
+    ns, ref = pool.metadata.namespace, pool.spec.infra_env_ref.name
+    raw = inputs.infra_envs.get(namespace=ns, name=ref)
+    if raw is None:
+        _waiting(
+            outcome,
+            InfraEvent.INFRA_ENV_NOT_FOUND,
+            f"InfraEnv {ns}/{ref} not found: create it or fix spec.infraEnvRef.name",
+        )
+        return
+    url = views.InfraEnv.model_validate(raw).iso_download_url
+    if not url:
+        _waiting(
+            outcome,
+            InfraEvent.ISO_URL_MISSING,
+            f"InfraEnv {ns}/{ref} has no status.isoDownloadURL yet: wait for the Assisted "
+            "Installer to create the discovery image (condition ImageCreated)",
+        )
+        return
+    status = pool.status.iso
+    interval = pool.effective_check_interval()
+    prefix = pool.effective_path_prefix()
+    token = pool.force_refresh_token()
+    due = iso_cache.check_due(
+        status, url=url, prefix=prefix, token=token, interval=interval, now=now
+    )
+    if due is None:
+        outcome.iso = iso_cache.shown_status(status, url=url)  # an older version's form
+        wake = iso_cache.next_check_at(status, interval=interval)
+        if wake is not None:
+            outcome.wake_at.append(wake)
+        return
+    log.info("checking the ISO of pool %s/%s: %s", ns, pool.metadata.name, due.value)
+    where = pool_specs.iso_location(pool)
+    limits = inputs.effective_limits
+    try:
+        result = await service.ensure_iso(
+            source=inputs.access.source(url),
+            where=where,
+            prefix=prefix,
+            previous=iso_cache.previous_record(status, url=url),
+            limits=limits,
+        )
+    except vsphere.IsoInvalid as exc:
+        _invalid(outcome, status, where=where, infra_env=f"{ns}/{ref}", error=exc, limits=limits)
+        return  # logged once by condition_log (ISOInvalid is actionable), not per retry
+    except vsphere.VsphereError as exc:
+        reason, fix = _failure(exc, ns=ns, ref=ref, limits=limits)
+        message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
+        outcome.condition(PoolConditionType.ISO_READY, ok=False, reason=reason, message=message)
+        outcome.event(EventType.WARNING, InfraEvent.ISO_CACHE_FAILED, message)
+        outcome.retry = True
+        return
+    updated = iso_cache.updated_status(status, result=result, url=url, token=token, now=now)
+    message = f"ISO {where.path(result.path)} cached ({result.size} bytes)"
+    reason = PoolReason.ISO_CACHED
+    if not result.reused:
+        outcome.event(
+            EventType.NORMAL,
+            InfraEvent.ISO_UPLOADED,
+            f"uploaded the discovery ISO of InfraEnv {ns}/{ref} to {result.backing}",
+        )
+    key = f"{ns}/{pool.metadata.name}"
+    sweep = iso_cache.sweep_due(inputs.swept.get(key), now=now, every=inputs.stale_upload_age)
+    retain = pool.spec.iso.retain_versions
+    if sweep or iso_prune.needs_prune(before=status, after=updated, retain=retain):
+        updated, failure = await _prune(
+            pool, inputs=inputs, service=service, status=updated, outcome=outcome, now=now
+        )
+        if failure:
+            reason = PoolReason.ISO_PRUNE_FAILED
+            message += f"; pruning old ISOs failed: {failure} (retried at the next check)"
+            outcome.event(EventType.WARNING, InfraEvent.ISO_PRUNE_FAILED, failure)
+    outcome.iso = updated
+    outcome.condition(PoolConditionType.ISO_READY, ok=True, reason=reason, message=message)
+    outcome.wake_at.append(now + interval)
+
+
+async def _prune(
+    pool: VsphereAgentPool,
+    *,
+    inputs: IsoInputs,
+    service: vsphere.VsphereService,
+    status: ISOStatus,
+    outcome: Outcome,
+    now: datetime,
+) -> tuple[ISOStatus, str | None]:
+    """Prune; returns `status` with the resulting history, and a failure text if any."""
+    agents = [
+        VsphereAgent.model_validate(a)
+        for a in inputs.agents.by_index(
+            indexes.VSPHERE_AGENTS_BY_POOL, f"{pool.metadata.namespace}/{pool.metadata.name}"
+        )
+    ]
+    try:
+        pruned = await iso_prune.prune(
+            service=service,
+            pool=pool,
+            status=status,
+            agents=agents,
+            kept_elsewhere=_kept_by_other_pools(pool, inputs.pools),
+            now=now,
+            stale_upload_age=inputs.stale_upload_age,
+        )
+    except iso_prune.PruneError as exc:
+        return status, str(exc)
+    inputs.swept[f"{pool.metadata.namespace}/{pool.metadata.name}"] = now
+    where = pool_specs.iso_location(pool)
+    if pruned.deleted:
+        outcome.event(
+            EventType.NORMAL,
+            InfraEvent.ISO_PRUNED,
+            "deleted unused ISOs beyond retention: "
+            + ", ".join(where.path(p) for p in pruned.deleted),
+        )
+    if pruned.stale_uploads:
+        outcome.event(
+            EventType.NORMAL,
+            InfraEvent.ISO_PRUNED,
+            "deleted temporary uploads an interrupted upload left behind: "
+            + ", ".join(where.path(p) for p in pruned.stale_uploads),
+        )
+    pruned_status = status.model_copy(update={"history": list(pruned.history)})
+    return pruned_status, "; ".join(pruned.failures) or None
+
+
+def _kept_by_other_pools(pool: VsphereAgentPool, pools: Informer) -> set[str]:
+    """Paths other pools caching into the same datastore folder still name."""
+    prefix = pool.effective_path_prefix()
+    kept: set[str] = set()
+    for raw in pools.list():
+        meta = raw.get("metadata") or {}
+        if meta.get("uid") == pool.metadata.uid:
+            continue
+        try:
+            other = VsphereAgentPool.model_validate(raw)
+        except ValueError:
+            continue
+        same = (
+            other.spec.vsphere.iso_datastore == pool.spec.vsphere.iso_datastore
+            and other.spec.vsphere.datacenter == pool.spec.vsphere.datacenter
+            and other.effective_path_prefix() == prefix
+        )
+        if same:
+            kept |= {e.path for e in other.status.iso.history}
+            if other.status.iso.path:
+                kept.add(other.status.iso.path)
+    return kept
+
+
+MAX_SIZE_FLAG = "--iso-max-size"
+CA_BUNDLE_FLAG = "--iso-ca-bundle"
+TRUSTED_CA_CONFIGMAP = "agent-forge-trusted-ca"
+
+
+def _failure(
+    exc: vsphere.VsphereError, *, ns: str, ref: str, limits: vsphere.IsoLimits
+) -> tuple[PoolReason, str]:
+    """The ISOReady reason of a failed check and the fix an admin applies."""
+    if isinstance(exc, vsphere.SizeLimitExceeded):
+        return PoolReason.ISO_TOO_LARGE, (
+            f"the limit is {limits.max_bytes} bytes, set by {MAX_SIZE_FLAG}: raise "
+            f"{MAX_SIZE_FLAG} if the image is genuine, else check InfraEnv {ns}/{ref}"
+        )
+    if isinstance(exc, vsphere.IsoSourceUntrusted):
+        return PoolReason.ISO_SOURCE_UNTRUSTED, (
+            "add the CA of the image service's certificate to the PEM file of "
+            f"{CA_BUNDLE_FLAG}: key ca-bundle.crt of ConfigMap {TRUSTED_CA_CONFIGMAP}, which "
+            "OpenShift fills with the cluster's trusted CAs (proxy/cluster spec.trustedCA)"
+        )
+    if isinstance(exc, vsphere.IsoRedirectRefused):
+        return PoolReason.ISO_REDIRECT_REFUSED, (
+            "serve the image over https, or make the InfraEnv's isoDownloadURL the final https URL"
+        )
+    if isinstance(exc, vsphere.IsoSourceError):
+        return (
+            PoolReason.ISO_CACHE_FAILED,
+            f"check InfraEnv {ns}/{ref} and that its ISO URL answers",
+        )
+    return PoolReason.ISO_CACHE_FAILED, "it is retried with backoff"
+
+
+def _invalid(
+    outcome: Outcome,
+    status: ISOStatus,
+    *,
+    where: vsphere.Location,
+    infra_env: str,
+    error: vsphere.IsoInvalid,
+    limits: vsphere.IsoLimits,
+) -> None:
+    """ISOReady=False/ISOInvalid; the cached ISO stays in use, unless it is no image
+    either (a file below the size floor, cached before images were checked)."""
+    if not status.path:
+        kept = "no ISO is cached yet, so no VM is created until it serves a bootable image"
+    elif (status.size_bytes or 0) < limits.min_bytes:
+        kept = (
+            f"the ISO cached before, {where.path(status.path)} ({status.size_bytes or 0} bytes, "
+            "cached before agent-forge checked images), is no boot image either and is no "
+            "longer used: no VM is created until the URL serves a bootable image"
+        )
+        outcome.iso = status.model_copy(update={"path": None, "sha256": None, "size_bytes": None})
+    else:
+        kept = f"new VMs keep booting the ISO cached before, {where.path(status.path)}"
+    message = f"the discovery ISO of InfraEnv {infra_env} was not cached: {error} ({kept})"
+    outcome.condition(
+        PoolConditionType.ISO_READY, ok=False, reason=PoolReason.ISO_INVALID, message=message
+    )
+    outcome.event(EventType.WARNING, InfraEvent.ISO_INVALID, message)
+    outcome.retry = True
+
+
+def _waiting(outcome: Outcome, event_reason: InfraEvent, message: str) -> None:
+    outcome.condition(
+        PoolConditionType.ISO_READY,
+        ok=False,
+        reason=PoolReason.WAITING_FOR_INFRA_ENV,
+        message=message,
+    )
+    outcome.event(EventType.WARNING, event_reason, message)

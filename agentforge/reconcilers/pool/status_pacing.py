@@ -1,0 +1,63 @@
+"""Status writes paced per object: transitions at once, routine changes at most every few seconds.
+
+A pool's status follows every VM: each VsphereAgent's `status.vm` is mirrored in
+`ownedVMs`, and the counts move with every AgentMachine and Agent. During a burst
+(200 VMs in a minute) the `pool` controller's reconciles, already deduplicated by
+the work queue, would still write the pool's status about 2.5 times per VM. The
+pacer keeps that to one write per object per `interval` while routine fields
+change, without holding back what users and alerts watch:
+
+* a **transition** (a condition's status or reason, `observedGeneration`) is
+  written in the reconcile that sees it, as before;
+* a **routine** change (counts, `ownedVMs`, `plannedActions`, `isoEjections`, a
+  condition's message) is written at once when the object's last write is at least
+  `interval` old; otherwise the reconcile asks to be run again when it is, and that
+  reconcile writes the then current state (the trailing edge: the last state of a
+  burst is always written, at most `interval` late).
+
+The trade-off: `kubectl get` may show counts and `ownedVMs` up to `interval`
+seconds behind the VsphereAgents (whose own `status.vm` is written at once), and
+intermediate values inside that window are never written. Nothing else reads them:
+the planner works from the informer cache of the underlying objects.
+
+Pure bookkeeping: the caller passes `now`; the state is one timestamp per key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers.pool.pool_status import Change
+
+__all__ = ["ROUTINE_STATUS_INTERVAL_S", "StatusPacer"]
+
+ROUTINE_STATUS_INTERVAL_S: Final = 10.0
+"""How often at most a pool's status is written for routine changes alone."""
+
+
+class StatusPacer:
+    """When each object's status may be written next (one instance per controller)."""
+
+    def __init__(self, *, interval: float = ROUTINE_STATUS_INTERVAL_S) -> None:
+        self._interval = interval
+        self._written: dict[ObjectKey, datetime] = {}
+
+    def delay(self, key: ObjectKey, change: Change, *, now: datetime) -> float | None:
+        """None: write now (or nothing to write); else seconds until a routine write is due."""
+        if change is not Change.ROUTINE:
+            return None
+        last = self._written.get(key)
+        if last is None:
+            return None
+        elapsed = (now - last).total_seconds()
+        if elapsed < 0 or elapsed >= self._interval:  # a clock set back: do not wait on it
+            return None
+        return self._interval - elapsed
+
+    def wrote(self, key: ObjectKey, *, now: datetime) -> None:
+        self._written[key] = now
+
+    def forget(self, key: ObjectKey) -> None:
+        self._written.pop(key, None)

@@ -1,0 +1,380 @@
+"""Creating a VsphereAgent's VM exactly once, across crashes, without waiting on vCenter
+(0002 "VM lifecycle" 3-6; docs/design/0005 for the task model).
+
+Each pass does what the record says is next, starts at most one vCenter task, records
+it and returns; the task's end wakes the VsphereAgent (`task_waits`), and the next
+pass reads the outcome from vCenter by the recorded moref. No worker waits on a task.
+
+1. The pool must have cached its ISO (`status.iso.path`); else `WaitingForISO`.
+2. A task slot of the vCenter is claimed (`--vsphere-max-tasks-in-flight`, shared by
+   the pools in turn); none free -> the pass ends, the key is woken when its pool's
+   turn comes.
+3. Checkpoint: `status.creation` (VM name, a BIOS UUID chosen now, markers,
+   datacenter, folder, ISO, phase `CreateIssued`) and `status.vm.name` are written
+   with `update_status` and the stored object returned by the PUT is checked to hold
+   exactly this record (the read-back). The mutation refuses to overwrite a record
+   or an identity already there, so a stale cache cannot start a second creation.
+4. `CreateVM_Task` is started with the recorded name and BIOS UUID (`config.uuid`),
+   the pool's hardware, placement and tags, the cached ISO as CD-ROM, and the
+   markers; its moref goes into `status.creation.taskRef` and the pass ends. (A name
+   our own VM already holds is taken over: step 5 at once.)
+5. Woken, the pass reads the recorded task and looks the VM up (`vm_lookup.look_up`,
+   `vm_decide.resume`): still running -> nothing; our VM, not running -> tags, then
+   `PowerOnVM_Task` started, recorded with the VM's identity (phase `PowerOnIssued`,
+   `taskRef` the power-on), the pass ends; our VM running -> step 6; absent after a
+   failed task -> `VMCreateFailed` (the failed task's ref is dropped, `attempts`
+   counted) and created again after the queue's backoff; someone else's ->
+   `VMNameConflict`, nothing touched.
+6. The power-on ended: the record is cleared and Ready=True, in one write (the
+   identity was recorded in step 5).
+
+A restart resumes from the record whatever its phase: the recorded task is asked
+about first (running -> wait for it), then the VM by the task's result or the
+recorded UUID, then by name in the recorded folder; absent by every key -> create,
+unless a `CreateVM_Task` still runs in the folder (then wait: it may be ours, a
+start whose moref was never recorded). A VM whose power-on vCenter refused stays
+recorded and powered off; its power-on is retried with backoff (it goes with its
+VsphereAgent). Waiting is no failure: Ready=False `VMCreating`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Final
+
+from agentforge import vsphere
+from agentforge.api.conditions import VsphereAgentReason
+from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
+from agentforge.kube import errors as kerrors
+from agentforge.kube.controller import Result
+from agentforge.kube.events import EventType
+from agentforge.reconcilers.common import pool_specs
+from agentforge.reconcilers.common.deps import CredentialsError
+from agentforge.reconcilers.common.event_reasons import VmEvent
+from agentforge.reconcilers.planning import naming
+from agentforge.reconcilers.vm import vm_decide, vm_lookup
+from agentforge.reconcilers.vm.vm_context import (
+    Edit,
+    JsonObj,
+    VmContext,
+    creation_edit,
+    identity_edit,
+    is_checkpointed,
+)
+from agentforge.vsphere import metrics as vmetrics
+
+__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "vm_name"]
+
+log = logging.getLogger(__name__)
+
+R = VsphereAgentReason
+P = CreationPhase
+IN_FLIGHT_RECHECK_S: Final = 2.0
+"""How soon a creation waiting for an unrecorded create in the folder is decided again."""
+
+
+def vm_name(ctx: VmContext) -> str:
+    """The recorded name, else the annotation, else the deterministic name (0002 "Names")."""
+    name, _ = vm_decide.recorded_identity(ctx.agent)
+    if name:
+        return name
+    assert ctx.pool is not None
+    return naming.vm_name(
+        name_prefix=ctx.pool.effective_name_prefix(),
+        namespace=ctx.agent.metadata.namespace,
+        vsphere_agent=ctx.agent.metadata.name,
+    )
+
+
+async def ensure_created(ctx: VmContext) -> Result | None:
+    agent, pool = ctx.agent, ctx.pool
+    assert pool is not None
+    record = agent.status.creation
+    if record is None and agent.status.vm is not None and agent.status.vm.bios_uuid:
+        if ctx.shows_ready(ok=True, reason=R.VM_READY):
+            return None  # steady state: no call to vSphere, no write
+        await ctx.ready(
+            ok=True,
+            reason=R.VM_READY,
+            message=f"VM {agent.status.vm.name} exists (BIOS UUID {agent.status.vm.bios_uuid})",
+        )
+        return None
+    if record is None and not pool.status.iso.path:
+        await ctx.ready(
+            ok=False,
+            reason=R.WAITING_FOR_ISO,
+            message=(
+                f"waiting for VsphereAgentPool {pool.metadata.namespace}/{pool.metadata.name} "
+                "to cache the discovery ISO (status.iso.path); see its ISOReady condition"
+            ),
+        )
+        return None
+    try:
+        pool_specs.hardware(pool)  # refused before anything is recorded or started
+        service = await ctx.service()
+    except (pool_specs.UnsupportedSpec, CredentialsError) as exc:
+        await _failed(ctx, f"cannot create the VM: {exc}")
+        return Result(requeue=isinstance(exc, CredentialsError))
+    if record is None:
+        return await _begin(ctx, service)
+    try:
+        task, plan = await vm_lookup.look_up(service, ctx, record)
+    except vsphere.VsphereError as exc:
+        await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
+        return Result(requeue=True)
+    if task is not None and task.running:
+        return ctx.wait_task(service, task.moid)  # its end wakes this VsphereAgent
+    if plan.step is vm_decide.ResumeStep.CONFLICT:
+        return await _conflict(ctx, record, plan.vm)
+    if plan.step is vm_decide.ResumeStep.WAIT:
+        return await _waiting(ctx, record, plan.why)
+    if plan.why:
+        log.info("%s: %s: %s VM %s", ctx.where, plan.why, plan.step, record.vm_name)
+    if plan.step is vm_decide.ResumeStep.RECORD:  # (vm None: the power-on succeeded)
+        return await _done(ctx, record, plan.vm)
+    taken_by_us = plan.step is vm_decide.ResumeStep.FINISH and isinstance(
+        task.error if task else None, vsphere.AlreadyExists
+    )
+    if task is not None and task.error is not None and not taken_by_us:
+        return await _task_failed(ctx, record, task)
+    if plan.step is vm_decide.ResumeStep.CREATE:
+        return await _start(ctx, service, record, _request(ctx, record))
+    assert plan.vm is not None  # FINISH: our VM exists and does not run yet
+    return await _converge(ctx, service, record, _request(ctx, record), plan.vm)
+
+
+async def _begin(ctx: VmContext, service: vsphere.VsphereService) -> Result | None:
+    """Claim a slot, checkpoint the intent (read back), then start the create."""
+    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    try:
+        record = _new_record(ctx)
+        stored = await ctx.write(
+            _checkpoint(record),
+            ctx.ready_edit(
+                ok=False,
+                reason=R.VM_CREATING,
+                message=f"creating VM {record.vm_name} (BIOS UUID {record.bios_uuid})",
+            ),
+        )
+        if not is_checkpointed(stored, record):
+            return Result(requeue_after=1.0)  # the cache was behind: decide again on fresh data
+        await ctx.event(
+            EventType.NORMAL,
+            VmEvent.VM_CREATING,
+            f"creating VM {record.vm_name} in folder {record.folder} of datacenter "
+            f"{record.datacenter} with BIOS UUID {record.bios_uuid}",
+        )
+        return await _start(ctx, service, record, _request(ctx, record), slot=slot)
+    finally:  # (bound to the started task, or released by the start)
+        if slot is not None and slot.task is None:
+            slot.release()
+
+
+async def _start(
+    ctx: VmContext,
+    service: vsphere.VsphereService,
+    record: CreationRecord,
+    request: vsphere.VmRequest,
+    *,
+    slot: vsphere.Slot | None = None,
+) -> Result | None:
+    """Start `CreateVM_Task` and record its moref; the task's end wakes the key."""
+    slot = slot or ctx.claim_slot(service)
+    assert slot is not None, "a VM is created by the vm controller only"
+    try:
+        started = await service.start_create(request=request, slot=slot)
+    except vsphere.CreationInFlight as exc:
+        return await _waiting(ctx, record, str(exc))
+    except vsphere.AlreadyExists:
+        return await _conflict(ctx, record, None)
+    except vsphere.VsphereError as exc:
+        await _failed(ctx, f"creating VM {record.vm_name} failed: {exc}", record=record)
+        return Result(requeue=True)
+    if started.existing is not None:  # our own VM holds the name: take it over
+        return await _converge(ctx, service, record, request, started.existing)
+    assert started.task is not None
+    await _record_task(ctx, record, P.CREATE_ISSUED, started.task)
+    return ctx.wait_task(service, started.task)
+
+
+async def _converge(
+    ctx: VmContext,
+    service: vsphere.VsphereService,
+    record: CreationRecord,
+    request: vsphere.VmRequest,
+    vm: vsphere.VmFacts,
+) -> Result | None:
+    """Our VM exists: tags, then power on started and recorded with its identity."""
+    slot = ctx.claim_slot(service)
+    assert slot is not None, "a VM is powered on by the vm controller only"
+    try:
+        task = await service.converge_vm(request=request, vm_moid=vm.moid, slot=slot)
+    except vsphere.VsphereError as exc:
+        await _failed(ctx, f"powering on VM {record.vm_name} failed: {exc}", record=record)
+        return Result(requeue=True)
+    if task is None:  # it runs already
+        return await _done(ctx, record, vm)
+    await _record_task(ctx, record, P.POWER_ON_ISSUED, task, vm=vm)
+    return ctx.wait_task(service, task)
+
+
+async def _done(
+    ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None
+) -> Result | None:
+    """The VM runs: identity recorded (when read now), record cleared, Ready=True."""
+    if vm is not None:
+        ctx.defer(identity_edit(name=vm.name, vm=vm))
+    ctx.defer(creation_edit(None))
+    recorded = ctx.agent.status.vm
+    name = vm.name if vm else record.vm_name
+    bios_uuid = vm.bios_uuid if vm else record.bios_uuid
+    mac = vm.primary_mac if vm else (recorded.mac_address if recorded else None)
+    vmetrics.vm_op("create", "success")
+    await ctx.ready(
+        ok=True,
+        reason=R.VM_READY,
+        message=f"VM {name} created (BIOS UUID {bios_uuid}, MAC {mac})",
+    )
+    await ctx.event(
+        EventType.NORMAL,
+        VmEvent.VM_CREATED,
+        f"VM {name} is running (BIOS UUID {bios_uuid}, MAC {mac})",
+    )
+    return None
+
+
+def _new_record(ctx: VmContext) -> CreationRecord:
+    pool = ctx.pool
+    assert pool is not None
+    assert pool.status.iso.path
+    return CreationRecord(
+        vm_name=vm_name(ctx),
+        bios_uuid=str(uuid.uuid4()),
+        ownership=Ownership(
+            pool_namespace=pool.metadata.namespace,
+            pool_name=pool.metadata.name,
+            pool_uid=pool.metadata.uid,
+            vsphere_agent=ctx.agent.metadata.name,
+        ),
+        datacenter=pool.spec.vsphere.datacenter,
+        folder=pool.effective_folder(),
+        iso_path=pool_specs.iso_backing(pool, pool.status.iso.path),
+        phase=CreationPhase.CREATE_ISSUED,
+        started_at=ctx.now,
+    )
+
+
+def _request(ctx: VmContext, record: CreationRecord) -> vsphere.VmRequest:
+    """The create request: the record's name, UUID, placement and ISO, the pool's
+    hardware (checked before the record was made) and tags."""
+    pool = ctx.pool
+    assert pool is not None
+    return vsphere.VmRequest(
+        name=record.vm_name,
+        placement=vm_lookup.placement(ctx, record),
+        hardware=pool_specs.hardware(pool),
+        iso_file=record.iso_path or pool_specs.iso_backing(pool, pool.status.iso.path or ""),
+        markers=vm_decide.record_markers(record),
+        tag_ids=tuple(pool.spec.vsphere.vm_tags),
+        bios_uuid=record.bios_uuid,
+    )
+
+
+def _checkpoint(record: CreationRecord) -> Edit:
+    base = creation_edit(record)
+
+    def edit(obj: JsonObj) -> None:
+        status = obj["status"]
+        if status.get("creation") or (status.get("vm") or {}).get("biosUUID"):
+            return  # recorded by an earlier run: never overwrite; the read-back tells
+        base(obj)
+
+    return edit
+
+
+async def _record_task(
+    ctx: VmContext,
+    record: CreationRecord,
+    phase: CreationPhase,
+    moid: str,
+    *,
+    vm: vsphere.VmFacts | None = None,
+) -> None:
+    """Checkpoint the started task's moref (and, for a power-on, the VM's identity)
+    into this very record, with what the pass has pending."""
+
+    def edit(obj: JsonObj) -> None:
+        creation = obj["status"].get("creation")
+        if creation and creation.get("biosUUID") == record.bios_uuid:
+            creation["phase"] = phase.value
+            creation["taskRef"] = moid  # only into this very record, never another one
+
+    edits = [edit] if vm is None else [identity_edit(name=vm.name, vm=vm), edit]
+    try:
+        await ctx.write(*edits)
+    except kerrors.KubeError as exc:  # the ref speeds recovery up: the lookups still work
+        log.warning(
+            "%s: recording task %s of VM %s failed (the VM is looked up by BIOS UUID and "
+            "name when it ends, and creates in flight are waited for): %s",
+            ctx.where,
+            moid,
+            record.vm_name,
+            exc,
+        )
+
+
+def _failed_attempt_edit(record: CreationRecord, *, drop_task: bool = False) -> Edit:
+    def edit(obj: JsonObj) -> None:
+        creation = obj["status"].get("creation")
+        if creation and creation.get("biosUUID") == record.bios_uuid:
+            creation["attempts"] = int(creation.get("attempts") or 0) + 1
+            if drop_task and creation.get("taskRef") == record.task_ref:
+                creation.pop("taskRef", None)  # its outcome is reported: not again
+
+    return edit
+
+
+async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:
+    ctx.in_flight = True
+    await ctx.ready(
+        ok=False,
+        reason=R.VM_CREATING,
+        message=f"creating VM {record.vm_name}: waiting, {why}",
+    )
+    return Result(requeue_after=IN_FLIGHT_RECHECK_S)
+
+
+async def _conflict(ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None) -> Result:
+    who = f"VM {vm.name} (BIOS UUID {vm.bios_uuid})" if vm else f"an object named {record.vm_name}"
+    message = (
+        f"{who} in folder {record.folder} is not ours (other or no ownership markers); it is "
+        f"left alone: rename or remove it, or set annotation vm-name on {ctx.where} "
+        "before it creates its VM"
+    )
+    await ctx.ready(ok=False, reason=R.VM_NAME_CONFLICT, message=message)
+    await ctx.event(EventType.WARNING, VmEvent.VM_NAME_CONFLICT, message)
+    return Result(requeue=True)
+
+
+async def _task_failed(ctx: VmContext, record: CreationRecord, task: vsphere.TaskFacts) -> Result:
+    """The recorded task failed and nothing runs: report it once (the task's ref goes
+    with the report) and try again after the queue's backoff."""
+    doing = "powering on" if record.phase == P.POWER_ON_ISSUED else "creating"
+    vmetrics.vm_op("create", vmetrics.result_of(task.error))
+    message = f"{doing} VM {record.vm_name} failed: {task.error}"
+    edits = [
+        ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message),
+        _failed_attempt_edit(record, drop_task=True),
+    ]
+    await ctx.write(*edits)
+    await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
+    return Result(requeue=True)
+
+
+async def _failed(ctx: VmContext, message: str, *, record: CreationRecord | None = None) -> None:
+    edits = [ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
+    if record is not None:
+        edits.append(_failed_attempt_edit(record))  # keeps what else the record holds
+    await ctx.write(*edits)
+    await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
