@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentforge import vsphere
-from agentforge.api import identity, views
+from agentforge import identity, vsphere
+from agentforge.api import views
 from agentforge.api.conditions import ISOEjectedReason
 from agentforge.reconcilers import iso_cache
 from agentforge.vsphere import cdrom as vcdrom

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from agentforge import vsphere
-from agentforge.api import identity
+from agentforge import identity, vsphere
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord
 from agentforge.reconcilers import pool_specs, vm_decide
 from agentforge.reconcilers.vm_context import VmContext

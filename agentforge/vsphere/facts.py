@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import identity, markers
+from agentforge import identity
+from agentforge.vsphere import markers
 from agentforge.vsphere.markers import OwnershipMarkers
 from agentforge.vsphere.vmomi import vim
 
@@ -155,16 +156,13 @@ def _macs(devices: list[Any]) -> list[str]:
         (d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)),
         key=lambda d: int(d.key),
     )
-    return [identity.normalize_mac(n.macAddress) for n in nics if n.macAddress]
+    return [identity.require_mac(n.macAddress) for n in nics if n.macAddress]
 
 
 def _uuid(value: Any) -> str | None:
     if not value:
         return None
-    try:
-        return identity.normalize_uuid(str(value))
-    except ValueError:
-        return str(value).lower()
+    return identity.normalize_uuid(str(value)) or str(value).lower()
 
 
 def _power(value: Any) -> PowerState:

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentforge import identity
 from agentforge.vsphere import (
     errors,
     facts,
-    identity,
     markers,
     metrics,
     placement,
@@ -118,7 +118,7 @@ async def facts_by_uuid(
     session: Session, *, datacenter_name: str, bios_uuid: str
 ) -> facts.VmFacts | None:
     found = await facts_by_uuids(session, datacenter_name=datacenter_name, bios_uuids=[bios_uuid])
-    return found.get(identity.normalize_uuid(bios_uuid))
+    return found.get(identity.require_uuid(bios_uuid))
 
 
 async def facts_by_uuids(
@@ -129,7 +129,7 @@ async def facts_by_uuids(
     Cached morefs are read in one request; only UUIDs without a (valid) cached moref
     cost a `FindByUuid` each, then one more read for all of them.
     """
-    wanted = [identity.normalize_uuid(u) for u in bios_uuids]
+    wanted = [identity.require_uuid(u) for u in bios_uuids]
     result: dict[str, facts.VmFacts] = {}
     cached = {u: session.cache.get(("vm", u)) for u in wanted}
     hits = {u: r for u, r in cached.items() if r is not None}
