@@ -35,7 +35,7 @@ from agentforge.api import views
 from agentforge.api.conditions import ISOEjectedReason
 from agentforge.reconcilers import iso_cache
 from agentforge.vsphere import cdrom as vcdrom
-from agentforge.vsphere import markers as vmarkers
+from agentforge.vsphere.model import markers as vmarkers
 
 __all__ = [
     "Hold",

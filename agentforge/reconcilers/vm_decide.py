@@ -30,7 +30,7 @@ from enum import StrEnum
 from agentforge import identity, vsphere
 from agentforge.api import names
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, VsphereAgent
-from agentforge.vsphere import markers as vmarkers
+from agentforge.vsphere.model import markers as vmarkers
 
 __all__ = [
     "AdoptStep",

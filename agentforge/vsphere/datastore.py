@@ -25,7 +25,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from agentforge.vsphere import errors, facts, props, tasks, vms
+from agentforge.vsphere import facts, props, tasks, vms
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.specs import datastore_path
 from agentforge.vsphere.vmomi import vim, vmodl

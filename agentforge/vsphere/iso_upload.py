@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from agentforge.redaction import redact_url
-from agentforge.vsphere import datastore, errors, iso_check, metrics
+from agentforge.vsphere import datastore, iso_check, metrics
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 
 if TYPE_CHECKING:
-    from agentforge.vsphere.iso import IsoLimits
+    from agentforge.vsphere.model.iso import IsoLimits
 
 TEMP_NAME = re.compile(r"\.upload-[0-9a-f]{32}\.iso")
 """The name (under the prefix) of an upload in progress: `.upload-<uuid4 hex>.iso`."""

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import errors, props
+from agentforge.vsphere import props
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.specs import NetworkTarget
 from agentforge.vsphere.vmomi import vim, vmodl

@@ -30,18 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import (
-    errors,
-    facts,
-    markers,
-    metrics,
-    placement,
-    specs,
-    tags,
-    task_follow,
-    tasks,
-    vms,
-)
+from agentforge.vsphere import facts, metrics, placement, specs, tags, task_follow, tasks, vms
+from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim

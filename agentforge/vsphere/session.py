@@ -39,9 +39,10 @@ from typing import Any, TypeVar, cast
 import aiohttp
 import tenacity
 
-from agentforge.vsphere import connection, errors
+from agentforge.vsphere import connection, faults
 from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.task_slots import DEFAULT_CAP, TaskSlots
 from agentforge.vsphere.tasks import TaskWaiter
@@ -199,7 +200,7 @@ class Session:
         try:
             await loop.run_in_executor(self._executor, self._login_blocking)
         except Exception as exc:  # noqa: BLE001 - classified and re-raised
-            raise errors.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
+            raise faults.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
         self._generation += 1
         self._logged_in = True
         self.logins += 1
@@ -255,7 +256,7 @@ class Session:
         """The retry policy for transient faults (shared with task and upload retries)."""
         opts = self.options
         return tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception(errors.is_transient),
+            retry=tenacity.retry_if_exception(faults.is_transient),
             stop=tenacity.stop_after_attempt(max(1, opts.retry_attempts)),
             wait=tenacity.wait_exponential_jitter(
                 multiplier=opts.retry_initial_seconds, max=opts.retry_max_seconds
@@ -291,7 +292,7 @@ class Session:
         try:
             result = await loop.run_in_executor(self._executor, fn)
         except Exception as exc:
-            err = errors.classify(exc, subject=subject, action=action)
+            err = faults.classify(exc, subject=subject, action=action)
             if isinstance(err, errors.NetworkError):
                 self._guard.unreachable(self.key.netloc, err)
             elif isinstance(err, errors.SessionExpired):

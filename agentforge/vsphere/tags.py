@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from agentforge.vsphere import errors
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 
 SESSION_PATH = "/rest/com/vmware/cis/session"

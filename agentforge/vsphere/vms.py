@@ -21,17 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentforge import identity
-from agentforge.vsphere import (
-    errors,
-    facts,
-    markers,
-    metrics,
-    placement,
-    props,
-    specs,
-    task_follow,
-    tasks,
-)
+from agentforge.vsphere import facts, metrics, placement, props, specs, task_follow, tasks
+from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim, vmodl
