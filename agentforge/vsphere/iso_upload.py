@@ -266,4 +266,4 @@ async def _mkdir_once(session: Session, where: datastore.Location, prefix: str) 
         await datastore.mkdir(session, where=where, path=prefix)
         return True
 
-    await session.memo(("mkdir", where, prefix), make)
+    await session.cache.directories.get_or_make((where, prefix), make)

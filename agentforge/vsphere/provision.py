@@ -185,7 +185,7 @@ async def _create(
     if got is None:
         raise errors.NotFound(f"{subject} vanished right after it was created", subject=subject)
     if got.bios_uuid:
-        session.cache[("vm", got.bios_uuid)] = ref
+        session.cache.vms[got.bios_uuid] = ref
     return got
 
 
@@ -264,7 +264,7 @@ async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts
     await _finish(session, ref, request)
     got = (await vms.fetch(session, [ref])).get(existing.moid, existing)
     if got.bios_uuid:
-        session.cache[("vm", got.bios_uuid)] = ref
+        session.cache.vms[got.bios_uuid] = ref
     return got
 
 

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import aiohttp
 import tenacity
@@ -44,6 +44,7 @@ from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.ratelimit import TokenBucket
+from agentforge.vsphere.session_cache import SessionCache
 from agentforge.vsphere.task_slots import DEFAULT_CAP, TaskSlots
 from agentforge.vsphere.tasks import TaskWaiter
 from agentforge.vsphere.vmomi import vim
@@ -135,8 +136,7 @@ class Session:
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = False
         self.logins = 0
-        self.cache: dict[Any, Any] = {}
-        self._memo_locks: dict[Any, asyncio.Lock] = {}
+        self.cache = SessionCache()
         self._http: aiohttp.ClientSession | None = None
         self.waiter = TaskWaiter(session=self)
 
@@ -307,25 +307,6 @@ class Session:
         """Run a blocking helper (no vCenter call) in the pool, without rate limiting."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn)
-
-    async def memo(self, key: Any, make: Callable[[], Awaitable[T]]) -> T:
-        """A cached value, computed once even when many callers ask at the same time.
-
-        Concurrent reconciles of one pool resolve its placement (and create its folder)
-        once, not once each. `forget(key)` drops it (e.g. on ManagedObjectNotFound).
-        """
-        if key in self.cache:
-            return cast(T, self.cache[key])
-        lock = self._memo_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            if key in self.cache:
-                return cast(T, self.cache[key])
-            value = await make()
-            self.cache[key] = value
-            return value
-
-    def forget(self, key: Any) -> None:
-        self.cache.pop(key, None)
 
     async def ping(self) -> None:
         """A cheap call (CurrentTime); logs in again if the session had expired."""
