@@ -14,7 +14,8 @@ from typing import NamedTuple, TypeVar
 
 from pydantic import Field
 
-from agentforge.api import identity, names
+from agentforge import identity
+from agentforge.api import names
 from agentforge.api.fields import Time, View
 from agentforge.api.kinds import AGENT_MACHINE, INFRA_ENV
 from agentforge.api.meta import NamespacedName, ObjectMeta

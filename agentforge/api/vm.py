@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from agentforge.api import identity
+from agentforge import identity
 from agentforge.api.fields import KubeModel, OpenEnum, Time
 from agentforge.api.meta import ObjectReference
 

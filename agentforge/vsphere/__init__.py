@@ -9,7 +9,11 @@ they exchange. Everything raises `errors.VsphereError` subclasses.
 from agentforge.vsphere.cdrom import EjectOutcome, EjectState
 from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.datastore import DatastoreFile, Location
-from agentforge.vsphere.errors import (
+from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
+from agentforge.vsphere.iso import IsoAccess, IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
+from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
+from agentforge.vsphere.logins import LoginPolicy
+from agentforge.vsphere.model.errors import (
     UNTRUSTED_CERTIFICATE_FAULT,
     AlreadyExists,
     ConnectionFailed,
@@ -38,11 +42,7 @@ from agentforge.vsphere.errors import (
     VcenterUnreachable,
     VsphereError,
 )
-from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
-from agentforge.vsphere.iso import IsoAccess, IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
-from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
-from agentforge.vsphere.logins import LoginPolicy
-from agentforge.vsphere.markers import OwnershipMarkers, Verdict
+from agentforge.vsphere.model.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
 from agentforge.vsphere.provision import Started, VmRequest
 from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry, TaskNews

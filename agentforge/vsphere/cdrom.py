@@ -24,17 +24,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import (
-    errors,
-    facts,
-    markers,
-    metrics,
-    props,
-    specs,
-    task_follow,
-    tasks,
-    vms,
-)
+from agentforge.vsphere import facts, metrics, props, specs, task_follow, tasks, vms
+from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim, vmodl

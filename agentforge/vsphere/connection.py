@@ -22,7 +22,7 @@ import re
 import ssl
 from typing import Any
 
-from agentforge.vsphere import errors
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.vmomi import soap_stub_adapter, vim25_versions
 
 __all__ = ["open_stub"]

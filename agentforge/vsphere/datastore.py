@@ -18,16 +18,15 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections.abc import AsyncIterable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-from agentforge.vsphere import errors, facts, props, tasks, vms
+from agentforge.vsphere import facts, props, tasks, vms
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.datastore import DatastoreFile, Location
 from agentforge.vsphere.session import Session
-from agentforge.vsphere.specs import datastore_path
 from agentforge.vsphere.vmomi import vim, vmodl
 
 PC = vmodl.query.PropertyCollector
@@ -40,27 +39,11 @@ class UploadAborted(errors.TransientError):
     file can appear, or grow, after this was raised. Only an answered PUT is over."""
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
-    """A datastore of a datacenter, by name."""
-
-    datacenter: str
-    datastore: str
-
-    def path(self, relative: str) -> str:
-        return datastore_path(self.datastore, relative.strip("/"))
-
-
-@dataclass(frozen=True, slots=True)
-class DatastoreFile:
-    path: str  # relative to the datastore root
-    size: int | None
-    modified: datetime | None
-
-
 async def _refs(session: Session, where: Location) -> tuple[Any, Any, Any]:
     """(datacenter, datastore, browser) morefs, cached per session."""
-    return await session.memo(("datastore", where), functools.partial(_lookup, session, where))
+    return await session.cache.datastores.get_or_make(
+        where, functools.partial(_lookup, session, where)
+    )
 
 
 async def _lookup(session: Session, where: Location) -> tuple[Any, Any, Any]:
@@ -305,3 +288,18 @@ def _status_error(status: int, what: str) -> errors.VsphereError:
     if status in (429, 500, 502, 503, 504):
         return errors.TransientError(f"{what}: HTTP {status}", subject=what)
     return errors.VsphereError(f"{what}: HTTP {status}", subject=what)
+
+
+__all__ = [
+    "FILE_NOT_FOUND",
+    "DatastoreFile",
+    "Location",
+    "UploadAborted",
+    "delete",
+    "exists",
+    "list_files",
+    "mkdir",
+    "move",
+    "upload",
+    "vms_using",
+]

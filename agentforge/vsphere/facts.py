@@ -1,7 +1,8 @@
 """What the operator knows about a VM, read in one PropertyCollector round trip.
 
 `VM_PATHS` is the whole path set; `parse_vm` turns the raw property dict into a
-frozen `VmFacts` without further requests. The facts cover identity (name, BIOS and
+frozen `VmFacts` (defined, with the other value types, in `model.facts` and
+re-exported here) without further requests. The facts cover identity (name, BIOS and
 instance UUID, primary MAC), power state, ownership markers, every CD-ROM (device
 key, backing file, connection state) and a pending question, which is all that the
 reconcilers and the ejection recovery need to decide.
@@ -9,13 +10,20 @@ reconcilers and the ejection recovery need to decide.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import identity, markers
-from agentforge.vsphere.markers import OwnershipMarkers
+from agentforge import identity
+from agentforge.vsphere.model import markers
+from agentforge.vsphere.model.facts import (
+    CDROM_LOCK_MESSAGE,
+    Cdrom,
+    Choice,
+    MediumKind,
+    PowerState,
+    Question,
+    VmFacts,
+)
 from agentforge.vsphere.vmomi import vim
 
 VM_PATHS = (
@@ -27,74 +35,9 @@ VM_PATHS = (
     "runtime.powerState",
     "runtime.question",
 )
-CDROM_LOCK_MESSAGE = "msg.cdromdisconnect.locked"
 _CD = vim.vm.device.VirtualCdrom
 _CLIENT_BACKINGS = (_CD.RemotePassthroughBackingInfo, _CD.RemoteAtapiBackingInfo)
 _HOST_BACKINGS = (_CD.AtapiBackingInfo, _CD.PassthroughBackingInfo)
-
-
-class PowerState(enum.Enum):
-    ON = "poweredOn"
-    OFF = "poweredOff"
-    SUSPENDED = "suspended"
-    UNKNOWN = "unknown"
-
-
-class MediumKind(enum.Enum):
-    ISO = "iso"
-    CLIENT = "client"
-    HOST = "host"
-    NONE = "none"
-
-
-@dataclass(frozen=True, slots=True)
-class Cdrom:
-    key: int
-    controller_key: int
-    unit_number: int
-    kind: MediumKind
-    backing_file: str | None
-    connected: bool
-    start_connected: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    key: str
-    label: str
-
-
-@dataclass(frozen=True, slots=True)
-class Question:
-    id: str
-    text: str
-    message_ids: tuple[str, ...]
-    choices: tuple[Choice, ...]
-
-    @property
-    def is_cdrom_lock(self) -> bool:
-        return CDROM_LOCK_MESSAGE in self.message_ids
-
-
-@dataclass(frozen=True, slots=True)
-class VmFacts:
-    moid: str
-    name: str
-    bios_uuid: str | None
-    instance_uuid: str | None
-    primary_mac: str | None
-    macs: tuple[str, ...]
-    power_state: PowerState
-    markers: Mapping[str, str]
-    cdroms: tuple[Cdrom, ...]
-    question: Question | None
-
-    @property
-    def ownership(self) -> OwnershipMarkers | None:
-        return markers.parse(self.markers)
-
-    def cdrom(self, key: int) -> Cdrom | None:
-        return next((c for c in self.cdroms if c.key == key), None)
 
 
 def parse_vm(moid: str, props: Mapping[str, Any]) -> VmFacts:
@@ -155,16 +98,13 @@ def _macs(devices: list[Any]) -> list[str]:
         (d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)),
         key=lambda d: int(d.key),
     )
-    return [identity.normalize_mac(n.macAddress) for n in nics if n.macAddress]
+    return [identity.require_mac(n.macAddress) for n in nics if n.macAddress]
 
 
 def _uuid(value: Any) -> str | None:
     if not value:
         return None
-    try:
-        return identity.normalize_uuid(str(value))
-    except ValueError:
-        return str(value).lower()
+    return identity.normalize_uuid(str(value)) or str(value).lower()
 
 
 def _power(value: Any) -> PowerState:
@@ -172,3 +112,18 @@ def _power(value: Any) -> PowerState:
         return PowerState(str(value))
     except ValueError:
         return PowerState.UNKNOWN
+
+
+__all__ = [
+    "CDROM_LOCK_MESSAGE",
+    "VM_PATHS",
+    "Cdrom",
+    "Choice",
+    "MediumKind",
+    "PowerState",
+    "Question",
+    "VmFacts",
+    "parse_cdrom",
+    "parse_question",
+    "parse_vm",
+]

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Final, NoReturn
 
 from agentforge.redaction import redact
-from agentforge.vsphere import errors
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.iso import MIN_ISO_BYTES
 
 __all__ = [
     "HEAD_BYTES",
@@ -56,8 +57,6 @@ BOOT_RECORD_OFFSET: Final = 17 * SECTOR
 """34,816: the El Torito boot record volume descriptor."""
 HEAD_BYTES: Final = 18 * SECTOR
 """36,864: what the check reads before anything is uploaded."""
-MIN_ISO_BYTES: Final = 1024 * 1024
-"""The smallest image taken for a discovery ISO (1 MiB)."""
 
 _STANDARD_ID: Final = b"CD001"
 _EL_TORITO: Final = b"EL TORITO SPECIFICATION".ljust(32, b"\x00")

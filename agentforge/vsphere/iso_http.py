@@ -20,7 +20,7 @@ Promises (the download side of `iso`; vCenter connections never come here):
   aiohttp's own `trust_env` is not used: it reads `NO_PROXY` through `urllib`,
   which knows no CIDR ranges, so an OpenShift cluster's `noProxy` (which lists the
   machine, pod and service networks as CIDRs) would not be honoured.
-* **Redirects** are followed by hand, at most `IsoLimits.max_redirects` hops, and
+* **Redirects** are followed by hand, at most `HttpLimits.max_redirects` hops, and
   only to `https` URLs: an https image service is never downgraded to http (or any
   other scheme) by a redirect, an http one may move to https. A refused redirect
   raises `IsoRedirectRefused` naming both URLs in their shown form. The proxy is
@@ -35,16 +35,13 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 from yarl import URL
 
 from agentforge.redaction import redact_url
-from agentforge.vsphere import errors
-
-if TYPE_CHECKING:
-    from agentforge.vsphere.iso import IsoLimits, IsoSource
+from agentforge.vsphere.model import errors
 
 __all__ = [
     "REDIRECT_STATUSES",
@@ -56,6 +53,32 @@ __all__ = [
     "request",
     "ssl_context",
 ]
+
+
+class HttpSource(Protocol):
+    """What this module reads of an ISO source (`vsphere.iso.IsoSource`): a Protocol, so
+    that `iso` may build on this module without this module importing `iso`."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def ca_bundle(self) -> CaBundle | None: ...
+    @property
+    def proxies(self) -> Proxies: ...
+    @property
+    def insecure(self) -> bool: ...
+
+
+class HttpLimits(Protocol):
+    """What this module reads of the transfer limits (`model.iso.IsoLimits`)."""
+
+    @property
+    def max_redirects(self) -> int: ...
+    @property
+    def connect_timeout_seconds(self) -> float: ...
+    @property
+    def read_timeout_seconds(self) -> float: ...
+
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _ENV = {
@@ -295,7 +318,7 @@ def _split_host_port(entry: str) -> tuple[str, str]:
 # --- requests --------------------------------------------------------------------------
 
 
-def client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
+def client(source: HttpSource, limits: HttpLimits) -> aiohttp.ClientSession:
     """An aiohttp session for one download: verified TLS, bounded waits, no env proxy."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(
@@ -313,10 +336,10 @@ def client(source: IsoSource, limits: IsoLimits) -> aiohttp.ClientSession:
 
 def get(
     session: aiohttp.ClientSession,
-    source: IsoSource,
+    source: HttpSource,
     *,
     headers: Mapping[str, str],
-    limits: IsoLimits,
+    limits: HttpLimits,
 ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
     """`request` with GET."""
     return request(session, source, method="GET", headers=headers, limits=limits)
@@ -325,11 +348,11 @@ def get(
 @contextlib.asynccontextmanager
 async def request(
     session: aiohttp.ClientSession,
-    source: IsoSource,
+    source: HttpSource,
     *,
     method: str,
     headers: Mapping[str, str],
-    limits: IsoLimits,
+    limits: HttpLimits,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
     """`method` on `source.url` through its proxy, following at most
     `limits.max_redirects` redirects, each only to https; yields the final response
@@ -364,7 +387,7 @@ async def request(
     raise AssertionError("unreachable: the last hop raises")  # pragma: no cover
 
 
-def _next_hop(url: URL, location: str, *, status: int, hop: int, limits: IsoLimits) -> URL:
+def _next_hop(url: URL, location: str, *, status: int, hop: int, limits: HttpLimits) -> URL:
     shown = redact_url(str(url))
     if not location:
         raise errors.IsoSourceError(
@@ -391,7 +414,7 @@ def _next_hop(url: URL, location: str, *, status: int, hop: int, limits: IsoLimi
 
 
 def _untrusted(
-    url: URL, exc: aiohttp.ClientConnectorCertificateError, source: IsoSource
+    url: URL, exc: aiohttp.ClientConnectorCertificateError, source: HttpSource
 ) -> errors.IsoSourceUntrusted:
     shown = redact_url(str(url))
     reason = getattr(exc.certificate_error, "verify_message", "") or type(exc).__name__

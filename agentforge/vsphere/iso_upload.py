@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from agentforge.redaction import redact_url
-from agentforge.vsphere import datastore, errors, iso_check, metrics
+from agentforge.vsphere import datastore, iso_check, metrics
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 
 if TYPE_CHECKING:
-    from agentforge.vsphere.iso import IsoLimits
+    from agentforge.vsphere.model.iso import IsoLimits
 
 TEMP_NAME = re.compile(r"\.upload-[0-9a-f]{32}\.iso")
 """The name (under the prefix) of an upload in progress: `.upload-<uuid4 hex>.iso`."""
@@ -265,4 +266,4 @@ async def _mkdir_once(session: Session, where: datastore.Location, prefix: str) 
         await datastore.mkdir(session, where=where, path=prefix)
         return True
 
-    await session.memo(("mkdir", where, prefix), make)
+    await session.cache.directories.get_or_make((where, prefix), make)

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from agentforge.vsphere import errors
 from agentforge.vsphere.credentials import AccountKey, SessionKey
+from agentforge.vsphere.model import errors
 
 __all__ = ["LoginGuard", "LoginPolicy"]
 

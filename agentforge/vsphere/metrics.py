@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge
 
-from agentforge.vsphere import errors
+from agentforge.vsphere.model import errors
 
 VM_OPERATIONS = Counter(
     "agent_forge_vsphere_vm_operations_total",

@@ -13,69 +13,27 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import errors, props
+from agentforge.vsphere import props
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.placement import (
+    Placement,
+    PlacementInvalid,
+    Problem,
+    ResolvedPlacement,
+)
+from agentforge.vsphere.model.specs import NetworkTarget
 from agentforge.vsphere.session import Session
-from agentforge.vsphere.specs import NetworkTarget
 from agentforge.vsphere.vmomi import vim, vmodl
 
 PC = vmodl.query.PropertyCollector
 SDRS_ENABLED = "podStorageDrsEntry.storageDrsConfig.podConfig.enabled"
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    datacenter: str
-    resource_pool: str
-    folder: str
-    network: str
-    datastore_cluster: str
-    iso_datastore: str
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a placement: which object, what, and how to fix it."""
-
-    subject: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.subject}: {self.message} ({self.fix})"
-
-
-class PlacementInvalid(errors.InvalidSpec):
-    """The placement has problems; `problems` lists all of them."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        text = "; ".join(str(p) for p in problems) or "placement could not be resolved"
-        super().__init__(text, subject=problems[0].subject if problems else "placement")
-        self.problems = problems
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedPlacement:
-    placement: Placement
-    datacenter: Any
-    vm_root: Any
-    folder: Any | None
-    resource_pool: Any
-    network: NetworkTarget
-    storage_pod: Any
-    pod_datastores: Mapping[str, str]
-    iso_datastore: Any
-
-
-def _key(placement: Placement) -> tuple[str, Placement]:
-    return ("placement", placement)
-
-
 def invalidate(session: Session, placement: Placement) -> None:
-    session.forget(_key(placement))
-    session.forget(("folder", placement))
+    session.cache.placements.forget(placement)
+    session.cache.folders.forget(placement)
 
 
 async def resolve(session: Session, placement: Placement) -> ResolvedPlacement:
@@ -88,7 +46,7 @@ async def resolve(session: Session, placement: Placement) -> ResolvedPlacement:
             raise PlacementInvalid(problems)
         return resolved
 
-    return await session.memo(_key(placement), make)
+    return await session.cache.placements.get_or_make(placement, make)
 
 
 async def inspect(
@@ -178,8 +136,8 @@ async def ensure_folder(session: Session, resolved: ResolvedPlacement) -> Any:
     """The VM folder, creating missing parts of a nested path, once per session."""
     if resolved.folder is not None:
         return resolved.folder
-    return await session.memo(
-        ("folder", resolved.placement), functools.partial(_create_folder, session, resolved)
+    return await session.cache.folders.get_or_make(
+        resolved.placement, functools.partial(_create_folder, session, resolved)
     )
 
 
@@ -202,7 +160,7 @@ async def _create_folder(session: Session, resolved: ResolvedPlacement) -> Any:
             )
         parent = child
     updated = ResolvedPlacement(**{**_fields(resolved), "folder": parent})
-    session.cache[_key(resolved.placement)] = updated
+    session.cache.placements.put(resolved.placement, updated)
     return parent
 
 
@@ -365,4 +323,16 @@ _INVENTORY_PROPS: list[tuple[Any, list[str]]] = [
     (vim.dvs.DistributedVirtualPortgroup, ["name", "key", "config.distributedVirtualSwitch"]),
     (vim.Datastore, ["name", "summary.accessible"]),
     (vim.StoragePod, ["name", "childEntity", SDRS_ENABLED]),
+]
+
+
+__all__ = [
+    "Placement",
+    "PlacementInvalid",
+    "Problem",
+    "ResolvedPlacement",
+    "ensure_folder",
+    "inspect",
+    "invalidate",
+    "resolve",
 ]

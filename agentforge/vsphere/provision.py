@@ -30,18 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import (
-    errors,
-    facts,
-    markers,
-    metrics,
-    placement,
-    specs,
-    tags,
-    task_follow,
-    tasks,
-    vms,
-)
+from agentforge.vsphere import facts, metrics, placement, specs, tags, task_follow, tasks, vms
+from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim
@@ -195,7 +185,7 @@ async def _create(
     if got is None:
         raise errors.NotFound(f"{subject} vanished right after it was created", subject=subject)
     if got.bios_uuid:
-        session.cache[("vm", got.bios_uuid)] = ref
+        session.cache.vms[got.bios_uuid] = ref
     return got
 
 
@@ -274,7 +264,7 @@ async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts
     await _finish(session, ref, request)
     got = (await vms.fetch(session, [ref])).get(existing.moid, existing)
     if got.bios_uuid:
-        session.cache[("vm", got.bios_uuid)] = ref
+        session.cache.vms[got.bios_uuid] = ref
     return got
 
 

@@ -39,9 +39,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentforge.vsphere import errors
+from agentforge.vsphere import faults
 from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.session import Session, SessionOptions
 from agentforge.vsphere.task_slots import Slot, TaskSlots
@@ -260,7 +261,7 @@ class SessionRegistry:
                 ),
             )
         except Exception as exc:  # noqa: BLE001 - classified: every failure is recorded
-            err = errors.classify(exc, subject=f"vCenter {key}", action="log in to")
+            err = faults.classify(exc, subject=f"vCenter {key}", action="log in to")
             if isinstance(err, errors.TransientError) and not isinstance(err, errors.NetworkError):
                 err = errors.NetworkError(str(err), subject=err.subject, fault=err.fault)
             outcome = self.guard.failed(key, err)

@@ -12,20 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentforge.vsphere import (
-    cdrom,
-    datastore,
-    errors,
-    facts,
-    iso,
-    provision,
-    task_facts,
-    task_follow,
-    vms,
-)
+from agentforge.vsphere import cdrom, datastore, facts, iso, provision, task_facts, task_follow, vms
 from agentforge.vsphere import placement as placements
 from agentforge.vsphere.credentials import Credentials
-from agentforge.vsphere.markers import OwnershipMarkers
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.markers import OwnershipMarkers
 from agentforge.vsphere.placement import Placement, Problem
 from agentforge.vsphere.registry import SessionRegistry
 from agentforge.vsphere.session import Session

@@ -34,15 +34,17 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import aiohttp
 import tenacity
 
-from agentforge.vsphere import connection, errors
+from agentforge.vsphere import connection, faults
 from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.ratelimit import TokenBucket
+from agentforge.vsphere.session_cache import SessionCache
 from agentforge.vsphere.task_slots import DEFAULT_CAP, TaskSlots
 from agentforge.vsphere.tasks import TaskWaiter
 from agentforge.vsphere.vmomi import vim
@@ -134,8 +136,7 @@ class Session:
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = False
         self.logins = 0
-        self.cache: dict[Any, Any] = {}
-        self._memo_locks: dict[Any, asyncio.Lock] = {}
+        self.cache = SessionCache()
         self._http: aiohttp.ClientSession | None = None
         self.waiter = TaskWaiter(session=self)
 
@@ -199,7 +200,7 @@ class Session:
         try:
             await loop.run_in_executor(self._executor, self._login_blocking)
         except Exception as exc:  # noqa: BLE001 - classified and re-raised
-            raise errors.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
+            raise faults.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
         self._generation += 1
         self._logged_in = True
         self.logins += 1
@@ -255,7 +256,7 @@ class Session:
         """The retry policy for transient faults (shared with task and upload retries)."""
         opts = self.options
         return tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception(errors.is_transient),
+            retry=tenacity.retry_if_exception(faults.is_transient),
             stop=tenacity.stop_after_attempt(max(1, opts.retry_attempts)),
             wait=tenacity.wait_exponential_jitter(
                 multiplier=opts.retry_initial_seconds, max=opts.retry_max_seconds
@@ -291,7 +292,7 @@ class Session:
         try:
             result = await loop.run_in_executor(self._executor, fn)
         except Exception as exc:
-            err = errors.classify(exc, subject=subject, action=action)
+            err = faults.classify(exc, subject=subject, action=action)
             if isinstance(err, errors.NetworkError):
                 self._guard.unreachable(self.key.netloc, err)
             elif isinstance(err, errors.SessionExpired):
@@ -306,25 +307,6 @@ class Session:
         """Run a blocking helper (no vCenter call) in the pool, without rate limiting."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn)
-
-    async def memo(self, key: Any, make: Callable[[], Awaitable[T]]) -> T:
-        """A cached value, computed once even when many callers ask at the same time.
-
-        Concurrent reconciles of one pool resolve its placement (and create its folder)
-        once, not once each. `forget(key)` drops it (e.g. on ManagedObjectNotFound).
-        """
-        if key in self.cache:
-            return cast(T, self.cache[key])
-        lock = self._memo_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            if key in self.cache:
-                return cast(T, self.cache[key])
-            value = await make()
-            self.cache[key] = value
-            return value
-
-    def forget(self, key: Any) -> None:
-        self.cache.pop(key, None)
 
     async def ping(self) -> None:
         """A cheap call (CurrentTime); logs in again if the session had expired."""

@@ -1,7 +1,8 @@
 """Pure builders of the vSphere specs the operator sends: create, eject, stamp.
 
-No I/O here: every input is a value (names, morefs already resolved), so the specs
-are unit-tested without a vCenter. The create spec follows what `govc vm.create`
+No I/O here: every input is a value (names, morefs already resolved; the value types
+live in `model.specs` and are re-exported here), so the specs are unit-tested without
+a vCenter. The create spec follows what `govc vm.create`
 sends (its own IDE controller for the CD-ROM, temporary negative device keys, the
 disk pinned to the datastore Storage DRS recommended). No spec ever carries an
 automatic-answer option (`answer.msg.*`, `tools.*autoanswer*`): answering VM
@@ -10,37 +11,25 @@ questions is a per-question decision (see `cdrom`).
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere.facts import Cdrom
-from agentforge.vsphere.markers import OwnershipMarkers
+from agentforge.vsphere.model.facts import Cdrom
+from agentforge.vsphere.model.markers import OwnershipMarkers
+from agentforge.vsphere.model.specs import (
+    FORBIDDEN_OPTION_PREFIXES,
+    Firmware,
+    Hardware,
+    NetworkTarget,
+    NicType,
+    ScsiType,
+    datastore_path,
+)
 from agentforge.vsphere.vmomi import vim
 
 Dev = vim.vm.device
 Op = Dev.VirtualDeviceSpec.Operation
 
 KEY_SCSI, KEY_DISK, KEY_IDE, KEY_CDROM, KEY_NIC = -101, -102, -103, -104, -105
-FORBIDDEN_OPTION_PREFIXES = ("answer.", "tools.autoanswer", "msg.autoanswer")
-
-
-class ScsiType(enum.StrEnum):
-    PVSCSI = "pvscsi"
-    LSILOGIC = "lsilogic"
-    LSILOGIC_SAS = "lsilogic-sas"
-    BUSLOGIC = "buslogic"
-
-
-class Firmware(enum.StrEnum):
-    EFI = "efi"
-    BIOS = "bios"
-
-
-class NicType(enum.StrEnum):
-    VMXNET3 = "vmxnet3"
-    E1000 = "e1000"
-    E1000E = "e1000e"
 
 
 _SCSI = {
@@ -54,46 +43,6 @@ _NIC = {
     NicType.E1000: Dev.VirtualE1000,
     NicType.E1000E: Dev.VirtualE1000e,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Hardware:
-    """The template of a VM (pool `spec.template` + `spec.vsphere` hardware fields)."""
-
-    cpus: int = 4
-    memory_mib: int = 16384
-    disk_gib: int = 100
-    eager_scrub: bool = False
-    scsi_type: ScsiType = ScsiType.PVSCSI
-    firmware: Firmware = Firmware.EFI
-    guest_id: str = "rhel9_64Guest"
-    nic_type: NicType = NicType.VMXNET3
-
-    def __post_init__(self) -> None:
-        if self.cpus < 1 or self.memory_mib < 4 or self.disk_gib < 1:
-            raise ValueError("hardware needs cpus >= 1, memory_mib >= 4 and disk_gib >= 1")
-        ScsiType(self.scsi_type)
-        Firmware(self.firmware)
-        NicType(self.nic_type)
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkTarget:
-    """A resolved network: a standard port group, or a distributed one (switch + key)."""
-
-    name: str
-    ref: Any
-    switch_uuid: str | None = None
-    portgroup_key: str | None = None
-
-    @property
-    def distributed(self) -> bool:
-        return self.portgroup_key is not None
-
-
-def datastore_path(datastore: str, path: str = "") -> str:
-    """`[ds] path` as vSphere spells datastore paths."""
-    return f"[{datastore}] {path}".rstrip() if path else f"[{datastore}]"
 
 
 def create_spec(
@@ -216,3 +165,25 @@ def options(values: dict[str, str]) -> list[Any]:
 def option_keys(spec: Any) -> list[str]:
     """Every extraConfig key a spec would set (for audits and tests)."""
     return [str(o.key) for o in getattr(spec, "extraConfig", None) or []]
+
+
+__all__ = [
+    "FORBIDDEN_OPTION_PREFIXES",
+    "KEY_CDROM",
+    "KEY_DISK",
+    "KEY_IDE",
+    "KEY_NIC",
+    "KEY_SCSI",
+    "Firmware",
+    "Hardware",
+    "NetworkTarget",
+    "NicType",
+    "ScsiType",
+    "create_spec",
+    "datastore_path",
+    "eject_spec",
+    "nic_backing",
+    "option_keys",
+    "options",
+    "stamp_spec",
+]

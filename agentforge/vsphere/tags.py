@@ -14,13 +14,12 @@ from typing import Any
 
 import aiohttp
 
-from agentforge.vsphere import errors
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 
 SESSION_PATH = "/rest/com/vmware/cis/session"
 ATTACH_PATH = "/rest/com/vmware/cis/tagging/tag-association"
 HEADER = "vmware-api-session-id"
-_CACHE_KEY = ("vapi-session",)
 
 
 async def attach(session: Session, *, vm_moid: str, tag_ids: Sequence[str]) -> None:
@@ -61,8 +60,8 @@ async def attach(session: Session, *, vm_moid: str, tag_ids: Sequence[str]) -> N
 
 
 async def _token(session: Session, *, fresh: bool) -> str:
-    cached = session.cache.get(_CACHE_KEY)
-    if isinstance(cached, str) and not fresh:
+    cached = session.cache.vapi_token
+    if cached is not None and not fresh:
         return cached
     creds = session.credentials
     http = session.http()
@@ -80,7 +79,7 @@ async def _token(session: Session, *, fresh: bool) -> str:
     token = payload.get("value") if isinstance(payload, dict) else payload
     if not isinstance(token, str) or not token:
         raise errors.VsphereError(f"vAPI session for {creds.key} returned no token")
-    session.cache[_CACHE_KEY] = token
+    session.cache.vapi_token = token
     return token
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from agentforge.vsphere import errors, placement, props, tasks
+from agentforge.vsphere import placement, props, tasks
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.vmomi import vim, vmodl
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from agentforge.vsphere import errors
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.task_slots import Slot
 
 if TYPE_CHECKING:

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from agentforge.vsphere import errors
+from agentforge.vsphere import faults
+from agentforge.vsphere.model import errors
 
 if TYPE_CHECKING:
-    from agentforge.vsphere.session import Session
+    from agentforge.vsphere.task_host import TaskHost
 
 
 async def run_task(
-    session: Session,
+    session: TaskHost,
     start: Callable[[], Any],
     *,
     subject: str,
@@ -44,7 +45,7 @@ def task_outcome(props: dict[str, Any], *, subject: str, action: str) -> Any:
     # pyVmomi deserializes LocalizedMethodFault as the fault itself (message in `msg`).
     inner = fault if isinstance(fault, BaseException) else getattr(fault, "fault", None)
     if isinstance(inner, BaseException):
-        err = errors.classify(inner, subject=subject, action=action)
+        err = faults.classify(inner, subject=subject, action=action)
         return _raise(err)
     return _raise(errors.TaskFailed(f"{action} {subject} failed without a fault", subject=subject))
 

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentforge.vsphere import errors, props
+from agentforge.vsphere import props
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.vmomi import vim
 
 if TYPE_CHECKING:
-    from agentforge.vsphere.session import Session
+    from agentforge.vsphere.task_host import TaskHost
 
 TASK_PATHS = ("info.state", "info.error", "info.result")
 QUESTION_PATH = "runtime.question"
@@ -39,7 +40,7 @@ class Collector:
     version: str = ""
 
 
-async def build(session: Session, refs: Sequence[Any]) -> Collector:
+async def build(session: TaskHost, refs: Sequence[Any]) -> Collector:
     """A new collector whose filter watches `refs` (raises as vCenter refused them)."""
     generation = session.generation
     content = session.content
@@ -68,7 +69,7 @@ async def build(session: Session, refs: Sequence[Any]) -> Collector:
 
 
 async def modify(
-    session: Session, collector: Collector, *, add: Sequence[Any], remove: Sequence[Any]
+    session: TaskHost, collector: Collector, *, add: Sequence[Any], remove: Sequence[Any]
 ) -> list[Any]:
     """Change the view's members; returns the references vCenter could not add."""
     adding, removing = list(add), list(remove)
@@ -80,7 +81,7 @@ async def modify(
     return list(missing or [])
 
 
-async def gone(session: Session, refs: Sequence[Any]) -> list[Any]:
+async def gone(session: TaskHost, refs: Sequence[Any]) -> list[Any]:
     """The references among `refs` that vCenter no longer knows.
 
     One read over all of them, reporting missing objects instead of failing; should a
@@ -99,7 +100,7 @@ async def gone(session: Session, refs: Sequence[Any]) -> list[Any]:
     return [ref for ref in unique if ref._moId not in known]
 
 
-async def _known(session: Session, refs: Sequence[Any]) -> set[str]:
+async def _known(session: TaskHost, refs: Sequence[Any]) -> set[str]:
     content = session.content
     # A task's state; for other types (VMs) no property: the object's presence is the answer.
     wanted = [(t, ["info.state"] if t is vim.Task else []) for t in dict.fromkeys(map(type, refs))]

@@ -33,14 +33,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from agentforge.vsphere import errors, task_view
+from agentforge.vsphere import faults, task_view
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.task_run import run_task, task_outcome
 from agentforge.vsphere.task_view import QUESTION_PATH, TASK_PATHS
 from agentforge.vsphere.task_watch import Ended, Seen, Watch, has_question, task_done
 from agentforge.vsphere.vmomi import vmodl
 
 if TYPE_CHECKING:
-    from agentforge.vsphere.session import Session
+    from agentforge.vsphere.task_host import TaskHost
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ REMOVE_BATCH = 32
 class TaskWaiter:
     """Resolves futures for task completion and VM questions; owned by a `Session`."""
 
-    def __init__(self, *, session: Session) -> None:
+    def __init__(self, *, session: TaskHost) -> None:
         self._session = session
         self._watches: dict[str, Watch] = {}
         self._seen = Seen()
@@ -375,7 +376,7 @@ class TaskWaiter:
                     return
                 if isinstance(exc, vmodl.fault.RequestCanceled):
                     continue  # we cancelled it to pick up new registrations
-                err = errors.classify(exc, subject="task waiter", action="wait for tasks in")
+                err = faults.classify(exc, subject="task waiter", action="wait for tasks in")
                 if isinstance(err, errors.SessionExpired):
                     await self._relogin(generation)
                     continue

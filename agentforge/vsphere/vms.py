@@ -20,18 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import (
-    errors,
-    facts,
-    identity,
-    markers,
-    metrics,
-    placement,
-    props,
-    specs,
-    task_follow,
-    tasks,
-)
+from agentforge import identity
+from agentforge.vsphere import facts, metrics, placement, props, specs, task_follow, tasks
+from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
 from agentforge.vsphere.vmomi import vim, vmodl
@@ -64,7 +55,7 @@ async def fetch(session: Session, refs: Sequence[Any]) -> dict[str, facts.VmFact
     for fetched in found:  # remember the moref by BIOS UUID (re-checked on every read)
         vm = got.get(fetched.moid)
         if vm is not None and vm.bios_uuid:
-            session.cache[("vm", vm.bios_uuid)] = fetched.ref
+            session.cache.vms[vm.bios_uuid] = fetched.ref
     return got
 
 
@@ -100,7 +91,7 @@ async def datacenter(session: Session, name: str) -> Any:
             raise errors.NotFound(f"datacenter {name} not found", subject=f"datacenter {name}")
         return dc
 
-    return await session.memo(("datacenter", name), find)
+    return await session.cache.datacenters.get_or_make(name, find)
 
 
 async def find_by_uuid(session: Session, *, datacenter_name: str, bios_uuid: str) -> Any | None:
@@ -118,7 +109,7 @@ async def facts_by_uuid(
     session: Session, *, datacenter_name: str, bios_uuid: str
 ) -> facts.VmFacts | None:
     found = await facts_by_uuids(session, datacenter_name=datacenter_name, bios_uuids=[bios_uuid])
-    return found.get(identity.normalize_uuid(bios_uuid))
+    return found.get(identity.require_uuid(bios_uuid))
 
 
 async def facts_by_uuids(
@@ -129,9 +120,9 @@ async def facts_by_uuids(
     Cached morefs are read in one request; only UUIDs without a (valid) cached moref
     cost a `FindByUuid` each, then one more read for all of them.
     """
-    wanted = [identity.normalize_uuid(u) for u in bios_uuids]
+    wanted = [identity.require_uuid(u) for u in bios_uuids]
     result: dict[str, facts.VmFacts] = {}
-    cached = {u: session.cache.get(("vm", u)) for u in wanted}
+    cached = {u: session.cache.vms.get(u) for u in wanted}
     hits = {u: r for u, r in cached.items() if r is not None}
     if hits:
         got = await fetch(session, list(hits.values()))
@@ -140,7 +131,7 @@ async def facts_by_uuids(
             if item is not None and item.bios_uuid == uuid:
                 result[uuid] = item
             else:
-                session.cache.pop(("vm", uuid), None)
+                session.cache.vms.pop(uuid, None)
     missing = [u for u in wanted if u not in result]
     if missing:
         refs = await asyncio.gather(
@@ -152,7 +143,7 @@ async def facts_by_uuids(
             item = got.get(ref._moId)
             if item is not None and item.bios_uuid == uuid:
                 result[uuid] = item
-                session.cache[("vm", uuid)] = ref
+                session.cache.vms[uuid] = ref
     return result
 
 
@@ -247,7 +238,7 @@ async def start_delete(
             except errors.NotFound:
                 return DeleteStep("")
             if got.bios_uuid:
-                session.cache.pop(("vm", got.bios_uuid), None)
+                session.cache.vms.pop(got.bios_uuid, None)
             return DeleteStep("destroy", task_follow.follow(session, task, slot=slot), got)
     finally:
         if slot.task is None:
@@ -264,7 +255,7 @@ async def power_off_and_destroy(session: Session, ref: Any, got: facts.VmFacts) 
     except errors.NotFound:
         return
     if got.bios_uuid:
-        session.cache.pop(("vm", got.bios_uuid), None)
+        session.cache.vms.pop(got.bios_uuid, None)
 
 
 async def delete(

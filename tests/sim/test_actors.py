@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentforge.api import identity, kinds, names
+from agentforge import identity
+from agentforge.api import kinds, names
 from sim.actors import Timings, consistently, eventually
 from sim.actors.assisted import INSTALLED_STATES
 from sim.actors.capi import AGENT_MACHINE_FINALIZER

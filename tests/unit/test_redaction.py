@@ -32,7 +32,7 @@ from agentforge.reconcilers.infra.credentials import parse_credentials
 from agentforge.reconcilers.infra.iso_cache import CheckReason
 from agentforge.redaction import REDACTED, redact, redact_url
 from agentforge.settings import LogFormat, LogLevel
-from agentforge.vsphere import errors as vsphere_errors
+from agentforge.vsphere import faults
 from agentforge.vsphere.vmomi import vim
 
 JWT = (
@@ -167,7 +167,7 @@ def _ordinary_messages() -> list[str]:
         "fa6b76c8ae9e25d4b3.iso cached (1048576 bytes)",
         # vsphere/errors.py classification of a wrong password
         str(
-            vsphere_errors.classify(
+            faults.classify(
                 vim.fault.InvalidLogin(msg="Cannot complete login due to an incorrect user name"),
                 subject="vCenter vc.example:443",
                 action="login to",

@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from agentforge.api import identity, kinds, names
+from agentforge import identity
+from agentforge.api import kinds, names
 from agentforge.api.views import parse_node_pool_annotation
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import IndexFunc

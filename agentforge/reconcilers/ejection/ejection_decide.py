@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from agentforge import vsphere
 from agentforge.api.vsphereagent import ISOEjectionPhase, ISOEjectionRecord
 from agentforge.vsphere import cdrom as vcdrom
-from agentforge.vsphere import markers as vmarkers
+from agentforge.vsphere.model import markers as vmarkers
 
 __all__ = [
     "Device",

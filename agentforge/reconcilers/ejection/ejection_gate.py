@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentforge import vsphere
-from agentforge.api import identity, views
+from agentforge import identity, vsphere
+from agentforge.api import views
 from agentforge.api.conditions import ISOEjectedReason
 from agentforge.reconcilers.infra import iso_cache
 from agentforge.vsphere import cdrom as vcdrom
-from agentforge.vsphere import markers as vmarkers
+from agentforge.vsphere.model import markers as vmarkers
 
 __all__ = [
     "Hold",

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from agentforge.api import identity, kinds, names, views
+from agentforge import identity
+from agentforge.api import kinds, names, views
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionType
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase

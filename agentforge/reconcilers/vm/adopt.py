@@ -18,8 +18,8 @@ with the queue's backoff; nothing is ever created for an adopted VsphereAgent.
 
 from __future__ import annotations
 
-from agentforge import vsphere
-from agentforge.api import identity, names
+from agentforge import identity, vsphere
+from agentforge.api import names
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from agentforge import vsphere
-from agentforge.api import identity, kinds, names, rbac, wire
+from agentforge import identity, vsphere
+from agentforge.api import kinds, names, rbac, wire
 from agentforge.api.conditions import VsphereAgentConditionType, VsphereAgentReason
 from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool

@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agentforge import vsphere
-from agentforge.api import identity, names
+from agentforge import identity, vsphere
+from agentforge.api import names
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, VsphereAgent
-from agentforge.vsphere import markers as vmarkers
+from agentforge.vsphere.model import markers as vmarkers
 
 __all__ = [
     "AdoptStep",

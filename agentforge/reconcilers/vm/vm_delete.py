@@ -45,8 +45,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agentforge import vsphere
-from agentforge.api import identity, kinds, names, rbac, views
+from agentforge import identity, vsphere
+from agentforge.api import kinds, names, rbac, views
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent

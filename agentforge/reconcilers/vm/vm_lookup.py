@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from agentforge import vsphere
-from agentforge.api import identity
+from agentforge import identity, vsphere
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord
 from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.vm import vm_decide

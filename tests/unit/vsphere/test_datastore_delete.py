@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import datastore, errors, task_view
+from agentforge.vsphere import datastore, faults, task_view
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.vmomi import vim, vmodl
 
 WHERE = datastore.Location(datacenter="dc1", datastore="iso-ds")
@@ -63,7 +64,7 @@ async def delete() -> bool:
 
 
 def task_fault(fault: BaseException) -> errors.VsphereError:
-    return errors.classify(fault, subject=WHERE.path(PATH), action="delete")
+    return faults.classify(fault, subject=WHERE.path(PATH), action="delete")
 
 
 async def test_a_finished_delete_means_deleted_without_asking_again(script: Script) -> None:

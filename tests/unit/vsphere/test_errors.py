@@ -6,7 +6,8 @@ import http.client
 
 import pytest
 
-from agentforge.vsphere import errors
+from agentforge.vsphere import faults
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.vmomi import vim, vmodl
 
 
@@ -31,13 +32,13 @@ from agentforge.vsphere.vmomi import vim, vmodl
     ],
 )
 def test_faults_are_classified_by_type(fault: BaseException, expected: type) -> None:
-    err = errors.classify(fault, subject="VM web-1", action="power on")
+    err = faults.classify(fault, subject="VM web-1", action="power on")
     assert type(err) is expected
 
 
 def test_a_session_expiry_is_transient_so_it_is_retried() -> None:
-    err = errors.classify(vim.fault.NotAuthenticated(), subject="s", action="a")
-    assert errors.is_transient(err)
+    err = faults.classify(vim.fault.NotAuthenticated(), subject="s", action="a")
+    assert faults.is_transient(err)
 
 
 @pytest.mark.parametrize(
@@ -49,21 +50,21 @@ def test_a_session_expiry_is_transient_so_it_is_retried() -> None:
     ],
 )
 def test_transport_errors_are_transient(exc: BaseException) -> None:
-    assert errors.is_transient(errors.classify(exc, subject="s", action="a"))
+    assert faults.is_transient(faults.classify(exc, subject="s", action="a"))
 
 
 def test_an_unknown_error_is_neither_transient_nor_not_found() -> None:
-    err = errors.classify(RuntimeError("weird"), subject="VM x", action="read")
+    err = faults.classify(RuntimeError("weird"), subject="VM x", action="read")
     assert not isinstance(err, errors.NotFound | errors.TransientError)
 
 
 def test_messages_name_the_object_and_the_action() -> None:
-    err = errors.classify(vim.fault.DuplicateName(name="vm"), subject="VM web-1", action="create")
+    err = faults.classify(vim.fault.DuplicateName(name="vm"), subject="VM web-1", action="create")
     assert "create VM web-1" in str(err)
     assert err.fault == "DuplicateName"
 
 
 def test_a_permission_fault_names_the_missing_privilege() -> None:
     fault = vim.fault.NoPermission(privilegeId="VirtualMachine.Inventory.Create")
-    err = errors.classify(fault, subject="folder f", action="create VM in")
+    err = faults.classify(fault, subject="folder f", action="create VM in")
     assert "VirtualMachine.Inventory.Create" in str(err)

@@ -18,9 +18,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentforge.vsphere import errors, iso_http
+from agentforge.vsphere import iso_http
 from agentforge.vsphere.iso import IsoLimits, IsoSource
 from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
+from agentforge.vsphere.model import errors
 from sim.actors.isoserver import IsoServer
 from sim.controlplane import pki
 from sim.http_proxy import ForwardProxy

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentforge.vsphere import errors
 from agentforge.vsphere.credentials import Credentials
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
+from agentforge.vsphere.model import errors
 
 START = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 

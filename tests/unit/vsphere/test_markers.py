@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentforge.vsphere import markers
+from agentforge.vsphere.model import markers
 
 OURS = markers.OwnershipMarkers(
     pool_namespace="ns", pool_name="pool", pool_uid="uid-1", vsphere_agent="va-1"

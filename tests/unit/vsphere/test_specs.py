@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agentforge.vsphere import facts, specs
-from agentforge.vsphere.markers import OwnershipMarkers
+from agentforge.vsphere.model.markers import OwnershipMarkers
 from agentforge.vsphere.vmomi import vim
 
 MARKERS = OwnershipMarkers(pool_namespace="ns", pool_name="p", pool_uid="u", vsphere_agent="a")

@@ -18,7 +18,8 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
-from agentforge.vsphere import errors, props
+from agentforge.vsphere import faults, props
+from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import SessionOptions
 from agentforge.vsphere.tasks import TaskWaiter
 from agentforge.vsphere.vmomi import vim, vmodl
@@ -180,7 +181,7 @@ class FakeSession:
         try:
             return await asyncio.to_thread(fn)
         except Exception as exc:
-            raise errors.classify(exc, subject=subject, action=action) from exc
+            raise faults.classify(exc, subject=subject, action=action) from exc
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:
         return await asyncio.to_thread(fn)

@@ -1,11 +1,25 @@
-"""How a VM and the Agent it registered are recognised as the same machine.
+"""How a VM and the Agent it registered are recognised as the same machine: the one
+canonical BIOS UUID and MAC, for `api/`, `vsphere/` and the reconcilers alike.
 
 The SMBIOS serial an Agent reports for a VMware VM encodes the VM's BIOS UUID
 (`config.uuid`), and MAC addresses are spelled three ways across the systems
 involved (vSphere and Assisted Installer with colons in either case, the Go
 operator's status with hyphens). These functions turn every spelling into one
 canonical form so that identities compare with `==`; anything that is not a
-well-formed identity yields None, never a guess.
+well-formed identity yields None, never a guess (`require_uuid`/`require_mac` raise
+instead, for callers that hold a value vCenter or our own status already vetted).
+
+Accepted: UUIDs as 32 hex digits, 8-4-4-4-12 dashes optional, either case, surrounding
+whitespace; VMware SMBIOS serials (`VMware-` prefix, any case, hex pairs separated by
+spaces and dashes); MACs as six two-digit octets joined by all colons or all hyphens,
+either case. Rejected, on purpose: braces, dotted (`0050.56aa.bbcc`) and bare MACs,
+mixed separators, serials of other vendors, anything of another length. The
+byte-swapped first three UUID fields that Linux shows in `product_uuid` are a
+*different* string and are not matched here: nothing the operator compares comes
+from there (the Agent inventory's serial keeps vCenter's byte order).
+
+Pure: the standard library only, so every layer may import it (import-linter
+contract "identity is pure").
 """
 
 from __future__ import annotations
@@ -69,3 +83,19 @@ def hyphenated_mac(value: str | None) -> str | None:
     """A MAC address in the Go operator's status form, `00-50-56-aa-bb-cc`."""
     mac = normalize_mac(value)
     return mac.replace(":", "-") if mac else None
+
+
+def require_uuid(value: str) -> str:
+    """`normalize_uuid`, raising ValueError instead of returning None."""
+    uuid = normalize_uuid(value)
+    if uuid is None:
+        raise ValueError(f"not a UUID: {value!r}")
+    return uuid
+
+
+def require_mac(value: str) -> str:
+    """`normalize_mac`, raising ValueError instead of returning None."""
+    mac = normalize_mac(value)
+    if mac is None:
+        raise ValueError(f"not a MAC address: {value!r}")
+    return mac

@@ -1,0 +1,56 @@
+"""Where a pool's VMs go (pure values): what the user wrote, what resolving it found,
+and every problem found on the way (`vsphere.placement` resolves and checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.specs import NetworkTarget
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    datacenter: str
+    resource_pool: str
+    folder: str
+    network: str
+    datastore_cluster: str
+    iso_datastore: str
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a placement: which object, what, and how to fix it."""
+
+    subject: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.message} ({self.fix})"
+
+
+class PlacementInvalid(errors.InvalidSpec):
+    """The placement has problems; `problems` lists all of them."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        text = "; ".join(str(p) for p in problems) or "placement could not be resolved"
+        super().__init__(text, subject=problems[0].subject if problems else "placement")
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPlacement:
+    placement: Placement
+    datacenter: Any
+    vm_root: Any
+    folder: Any | None
+    resource_pool: Any
+    network: NetworkTarget
+    storage_pod: Any
+    pod_datastores: Mapping[str, str]
+    iso_datastore: Any
