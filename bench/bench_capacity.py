@@ -448,6 +448,70 @@ async def _set_up(world: World, pools: list[str]) -> None:
     await asyncio.gather(*(world.nodepool(pool).scale(REPLICAS) for pool in pools))
 
 
+@dataclass
+class Staged:
+    """A control plane, vcsim, the simulated world and the operator, ready to measure."""
+
+    cp: ControlPlane
+    vcsim: Vcsim
+    world: World
+    profile: QueryProfile
+    op: OperatorProcess
+
+
+async def stage(
+    stack: contextlib.AsyncExitStack,
+    ctx: Context,
+    *,
+    namespace: str,
+    control_plane_namespace: str,
+    lease_id: str,
+    name: str,
+    args: list[str],
+    task_delays: dict[str, int] | None = None,
+) -> Staged:
+    """A world of its own, CAPI's binding held back, the Assisted Installer's polls
+    calibrated, and the operator leading (leader election on, watching both namespaces,
+    `args` added to the shipped defaults)."""
+    cp = await stack.enter_async_context(ControlPlane(quiet=True))
+    vcsim = await stack.enter_async_context(
+        Vcsim(workdir=ctx.workdir / f"vcsim-{name}", task_delays=task_delays)
+    )
+    kubeconfig = await asyncio.to_thread(install_operator, cp)
+    world = await stack.enter_async_context(
+        World(
+            controlplane=cp,
+            vcsim=vcsim,
+            namespace=namespace,
+            control_plane_namespace=control_plane_namespace,
+            hosted_cluster=HOSTED_CLUSTER,
+            timings=TIMINGS,
+            iso_size=1024 * 1024,
+        )
+    )
+    await world.capi.stop()  # binding waits until every Agent is prepared
+    profile = await _calibrate(world, vcsim)
+    op = await stack.enter_async_context(
+        OperatorProcess(
+            kubeconfig,
+            "--leader-elect",
+            "--leader-election-namespace",
+            names.DEPLOYMENT_NAMESPACE,
+            "--leader-election-id",
+            lease_id,
+            "--namespace",
+            namespace,
+            "--namespace",
+            control_plane_namespace,
+            *args,
+            log_path=ctx.workdir / f"{name}.log",
+        )
+    )
+    await op.wait_ready(within=120)
+    await op.wait_log("became leader", within=60)
+    return Staged(cp, vcsim, world, profile, op)
+
+
 async def run(ctx: Context) -> Section:
     pools = [f"np{i:02d}" for i in range(POOLS)]
     vms = POOLS * REPLICAS
@@ -457,40 +521,18 @@ async def run(ctx: Context) -> Section:
     identity = operator_identity()
     async with contextlib.AsyncExitStack() as stack:
         ctx.step("starting a control plane and vcsim of its own")
-        cp = await stack.enter_async_context(ControlPlane(quiet=True))
-        vcsim = await stack.enter_async_context(Vcsim(workdir=ctx.workdir / "vcsim-capacity"))
-        kubeconfig = await asyncio.to_thread(install_operator, cp)
-        world = await stack.enter_async_context(
-            World(
-                controlplane=cp,
-                vcsim=vcsim,
-                namespace=NAMESPACE,
-                control_plane_namespace=CONTROL_PLANE_NAMESPACE,
-                hosted_cluster=HOSTED_CLUSTER,
-                timings=TIMINGS,
-                iso_size=1024 * 1024,
-            )
+        staged = await stage(
+            stack,
+            ctx,
+            namespace=NAMESPACE,
+            control_plane_namespace=CONTROL_PLANE_NAMESPACE,
+            lease_id=LEASE_ID,
+            name="capacity",
+            args=["--max-concurrent-reconciles", WORKERS] if WORKERS else [],
         )
-        await world.capi.stop()  # binding waits until every Agent is prepared
-        profile = await _calibrate(world, vcsim)
-        op = await stack.enter_async_context(
-            OperatorProcess(
-                kubeconfig,
-                "--leader-elect",
-                "--leader-election-namespace",
-                names.DEPLOYMENT_NAMESPACE,
-                "--leader-election-id",
-                LEASE_ID,
-                "--namespace",
-                NAMESPACE,
-                "--namespace",
-                CONTROL_PLANE_NAMESPACE,
-                *(["--max-concurrent-reconciles", WORKERS] if WORKERS else []),
-                log_path=ctx.workdir / "capacity.log",
-            )
-        )
-        await op.wait_ready(within=120)
-        await op.wait_log("became leader", within=60)
+        cp, vcsim, world, profile, op = (
+            staged.cp, staged.vcsim, staged.world, staged.profile, staged.op
+        )  # fmt: skip
         await asyncio.sleep(2.0)  # controllers built, the replay of empty caches done
         proxy = cp.proxy
 

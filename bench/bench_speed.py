@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from agentforge.api import kinds, names
+from agentforge.api import kinds
 from agentforge.settings import Settings
 from bench.bench_capacity import (
     GO_LOGINS_PER_VM,
@@ -48,20 +48,17 @@ from bench.bench_capacity import (
     WRITE_VERBS,
     ApiCount,
     Mark,
-    QueryProfile,
     VsphereCount,
     _all_bound,
-    _calibrate,
     _conflicts,
     _mark,
     _nodepool_of,
     _prepared,
     _quiet,
+    stage,
 )
 from bench.harness import Context, Goal, Section
-from sim.actors import Timings
-from sim.controlplane import ControlPlane
-from sim.operator import OperatorProcess, install_operator, operator_identity
+from sim.operator import operator_identity
 from sim.vcsim import Vcsim
 from sim.world import World
 
@@ -70,11 +67,9 @@ REPLICAS = int(os.environ.get("AGENT_FORGE_BENCH_SPEED_REPLICAS", "10"))
 CHOSEN = os.environ.get("AGENT_FORGE_BENCH_SPEED_PROFILES", "vcenter,slow").split(",")
 NAMESPACE = "bench-speed"
 CONTROL_PLANE_NAMESPACE = "clusters-bench-speed"
-HOSTED_CLUSTER = "bench"
 LEASE_ID = "bench-speed"
 SMALL = "small"
 INFRAENVS = 4
-TIMINGS = Timings(tick=0.5, boot=0.5, install_start=0.5, install=2.0, drain=0.3, reclaim=0.3)
 WITHIN = 1800.0
 DEFAULTS = Settings()
 QPS = DEFAULTS.vsphere_qps
@@ -188,41 +183,19 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
     notes: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
         ctx.step(f"[{profile.name}] a control plane and vcsim ({profile.about})")
-        cp = await stack.enter_async_context(ControlPlane(quiet=True))
-        vcsim = await stack.enter_async_context(
-            Vcsim(workdir=ctx.workdir / f"vcsim-speed-{profile.name}", task_delays=profile.task_ms)
+        staged = await stage(  # the shipped defaults: nothing tuned
+            stack,
+            ctx,
+            namespace=NAMESPACE,
+            control_plane_namespace=CONTROL_PLANE_NAMESPACE,
+            lease_id=LEASE_ID,
+            name=f"speed-{profile.name}",
+            args=[],
+            task_delays=dict(profile.task_ms),
         )
-        kubeconfig = await asyncio.to_thread(install_operator, cp)
-        world = await stack.enter_async_context(
-            World(
-                controlplane=cp,
-                vcsim=vcsim,
-                namespace=NAMESPACE,
-                control_plane_namespace=CONTROL_PLANE_NAMESPACE,
-                hosted_cluster=HOSTED_CLUSTER,
-                timings=TIMINGS,
-                iso_size=1024 * 1024,
-            )
-        )
-        await world.capi.stop()  # binding waits until every Agent is prepared
-        profile_q: QueryProfile = await _calibrate(world, vcsim)
-        op = await stack.enter_async_context(
-            OperatorProcess(  # the shipped defaults: nothing tuned
-                kubeconfig,
-                "--leader-elect",
-                "--leader-election-namespace",
-                names.DEPLOYMENT_NAMESPACE,
-                "--leader-election-id",
-                LEASE_ID,
-                "--namespace",
-                NAMESPACE,
-                "--namespace",
-                CONTROL_PLANE_NAMESPACE,
-                log_path=ctx.workdir / f"speed-{profile.name}.log",
-            )
-        )
-        await op.wait_ready(within=120)
-        await op.wait_log("became leader", within=60)
+        cp, vcsim, world, profile_q, op = (
+            staged.cp, staged.vcsim, staged.world, staged.profile, staged.op
+        )  # fmt: skip
         proxy = cp.proxy
 
         async def mark() -> Mark:

@@ -4,7 +4,9 @@
 fault proxy (so `proxy` faults and counters apply to it), with a short retry
 backoff so fault bursts cost milliseconds, not seconds. `current_crds` installs this
 checkout's CRDs once per module (a module may have installed older ones); `world`
-is the vSphere-facing controllers' test namespace (`reconcilers_world.World`).
+is the vSphere-facing controllers' test namespace (`reconcilers_world.World`);
+`pool_world` the operator over a test namespace and its control plane namespace
+(`pool_world.World`, for the pool and scale-up controllers).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import pytest
 
 from agentforge.kube import client, config
 from sim.controlplane.controlplane import ControlPlane
+from sim.controlplane.pytest_plugin import namespace_name
 from sim.vcsim.launcher import Vcsim
+from tests.kube import pool_world as pool_world_
 from tests.kube.reconcilers_world import World, install_current_crds, world_for
 
 
@@ -38,4 +42,16 @@ async def world(
     current_crds: None, kube: client.KubeClient, namespace: str, vcsim: Vcsim
 ) -> AsyncIterator[World]:
     async with world_for(kube=kube, namespace=namespace, vcsim=vcsim) as built:
+        yield built
+
+
+@pytest.fixture
+async def pool_world(
+    controlplane: ControlPlane,
+    kube: client.KubeClient,
+    namespace: str,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[pool_world_.World]:
+    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
+    async with pool_world_.pool_world(controlplane, kube, namespace, cpns) as built:
         yield built

@@ -11,37 +11,25 @@ second VsphereAgent is ever created.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.kube import client as kube_client
-from sim.controlplane.controlplane import ControlPlane
-from sim.controlplane.pytest_plugin import namespace_name
+from tests.kube.pool_world import UUID, World
 from tests.kube.reconcilers_support import (
     agent_inventory,
     agent_obj,
     machine_obj,
-    running_operator,
     until,
 )
-from tests.kube.test_reconcilers_pool import UUID, World
 
 JsonObj = dict[str, Any]
 
 
 @pytest.fixture
-async def world(
-    controlplane: ControlPlane,
-    kube: kube_client.KubeClient,
-    namespace: str,
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[World]:
-    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
-    async with running_operator(controlplane, namespaces=[namespace, cpns]) as op:
-        yield World(kube=kube, ns=namespace, cpns=cpns, op=op)
+def world(pool_world: World) -> World:
+    return pool_world
 
 
 async def test_the_replacement_of_a_booting_agent_machine_gets_its_vm(world: World) -> None:

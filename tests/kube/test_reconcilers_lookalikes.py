@@ -10,38 +10,26 @@ own namespace (`spec.clusterDeploymentName.namespace`, annotation
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.kube import client as kube_client
-from sim.controlplane.controlplane import ControlPlane
-from sim.controlplane.pytest_plugin import namespace_name
+from tests.kube.pool_world import UUID, World
 from tests.kube.reconcilers_support import (
     agent_inventory,
     agent_obj,
     machine_obj,
-    running_operator,
     until,
 )
-from tests.kube.test_reconcilers_pool import UUID, World
 
 JsonObj = dict[str, Any]
 ELSEWHERE = "clusters-demo-elsewhere"
 
 
 @pytest.fixture
-async def world(
-    controlplane: ControlPlane,
-    kube: kube_client.KubeClient,
-    namespace: str,
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[World]:
-    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
-    async with running_operator(controlplane, namespaces=[namespace, cpns]) as op:
-        yield World(kube=kube, ns=namespace, cpns=cpns, op=op)
+def world(pool_world: World) -> World:
+    return pool_world
 
 
 def bound_elsewhere(ns: str, name: str) -> JsonObj:
@@ -68,11 +56,14 @@ async def test_an_agent_bound_to_a_namesake_cluster_does_not_keep_the_agent_mach
     await world.create(
         kinds.MACHINE, machine_obj(world.cpns, world.ns, "machine-am-1", infra="am-1")
     )
-    vm_name = await world.vm_recorded("am-1", bios_uuid=UUID)
+    # Both Agents report the VM's BIOS UUID before the VM's identity is recorded: had
+    # the look-alike alone been there first, the VM would rightly look taken by another
+    # cluster (`AgentBoundElsewhere`) and am-1 would get a new VM.
     await world.create(kinds.AGENT, bound_elsewhere(world.ns, "a-look-alike"))
     await world.patch(kinds.AGENT, "a-look-alike", {"status": agent_inventory(UUID)}, status=True)
     await world.create(kinds.AGENT, agent_obj(world.ns, "agent-1"))
     await world.patch(kinds.AGENT, "agent-1", {"status": agent_inventory(UUID)}, status=True)
+    vm_name = await world.vm_recorded("am-1", bios_uuid=UUID)
 
     vm = await world.phase_is("am-1", "Available", "AgentAvailable")
     assert vm["agentRef"]["name"] == "agent-1"

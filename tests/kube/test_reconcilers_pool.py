@@ -7,174 +7,28 @@ admin, and waits for named outcomes within deadlines.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.kube import client as kube_client
-from agentforge.kube import errors
-from sim.controlplane.controlplane import ControlPlane
-from sim.controlplane.pytest_plugin import namespace_name
+from tests.kube.pool_world import UUID, World, pool_with
 from tests.kube.reconcilers_support import (
     LABELS,
     NODE_POOL,
     POOL,
     SHARED_MAC,
-    Operator,
     agent_inventory,
-    agent_machine_obj,
     agent_obj,
-    infra_env_obj,
-    machine_obj,
-    pool_obj,
-    running_operator,
     until,
 )
 
 JsonObj = dict[str, Any]
-UUID = "421c5a3b-0011-2233-4455-66778899aabb"
-
-
-@dataclass
-class World:
-    kube: kube_client.KubeClient
-    ns: str
-    cpns: str
-    op: Operator
-
-    def _ns(self, kind: kinds.Kind) -> str:
-        return self.cpns if kind in (kinds.AGENT_MACHINE, kinds.MACHINE) else self.ns
-
-    async def get(self, kind: kinds.Kind, name: str) -> JsonObj | None:
-        try:
-            return await self.kube.get(kind, namespace=self._ns(kind), name=name)
-        except errors.NotFound:
-            return None
-
-    async def create(self, kind: kinds.Kind, obj: JsonObj) -> JsonObj:
-        return await self.kube.create(kind, obj, namespace=self._ns(kind))
-
-    async def patch(
-        self, kind: kinds.Kind, name: str, patch: JsonObj, *, status: bool = False
-    ) -> None:
-        await self.kube.patch_merge(
-            kind,
-            namespace=self._ns(kind),
-            name=name,
-            patch=patch,
-            subresource="status" if status else None,
-        )
-
-    async def pool(self, name: str = POOL) -> JsonObj:
-        found = await self.get(kinds.VSPHERE_AGENT_POOL, name)
-        assert found is not None
-        return found
-
-    async def vsphere_agents(self) -> list[JsonObj]:
-        return (await self.kube.list(kinds.VSPHERE_AGENT, namespace=self.ns)).items
-
-    async def setup_pool(
-        self, *, cleanup: str = "Delete", name: str = POOL, node_pool: str = NODE_POOL
-    ) -> None:
-        if await self.get(kinds.INFRA_ENV, "demo") is None:
-            await self.create(kinds.INFRA_ENV, infra_env_obj(self.ns))
-            await self.patch(
-                kinds.INFRA_ENV, "demo", {"status": {"isoDownloadURL": "https://iso.test/x.iso"}},
-                status=True,
-            )  # fmt: skip
-        await self.create(
-            kinds.VSPHERE_AGENT_POOL,
-            pool_obj(self.ns, self.cpns, name=name, cleanup=cleanup, node_pool=node_pool),
-        )
-
-    async def waiting_agent_machine(self, name: str, *, node_pool: str = NODE_POOL) -> None:
-        await self.create(
-            kinds.AGENT_MACHINE, agent_machine_obj(self.cpns, self.ns, name, node_pool=node_pool)
-        )
-        await self.patch(
-            kinds.AGENT_MACHINE,
-            name,
-            {"status": {"conditions": [{"type": "Ready", "status": "False",
-                                        "reason": "NoSuitableAgents", "message": "no Agent matches",
-                                        "lastTransitionTime": "2026-03-01T00:00:00Z"}]}},
-            status=True,
-        )  # fmt: skip
-
-    async def vm_recorded(self, va: str, *, bios_uuid: str, mac: str | None = None) -> str:
-        """The vm controller's part: the VM of `va` exists and its identity is recorded."""
-        found = await until(f"a VsphereAgent for {va}", lambda: self.get(kinds.VSPHERE_AGENT, va))
-        vm_name: str = found["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
-        vm = {"name": vm_name, "biosUUID": bios_uuid, **({"macAddress": mac} if mac else {})}
-        await self.patch(kinds.VSPHERE_AGENT, va, {"status": {"vm": vm}}, status=True)
-        return vm_name
-
-    async def vm_phase(self, va: str) -> tuple[str, str] | None:
-        found = await self.get(kinds.VSPHERE_AGENT, va)
-        vm = ((found or {}).get("status") or {}).get("vm") or {}
-        return (vm["phase"], vm.get("reason", "")) if vm.get("phase") else None
-
-    async def phase_is(self, va: str, phase: str, reason: str | None = None) -> JsonObj:
-        async def check() -> JsonObj | None:
-            found = await self.get(kinds.VSPHERE_AGENT, va)
-            vm = ((found or {}).get("status") or {}).get("vm") or {}
-            if vm.get("phase") == phase and (reason is None or vm.get("reason") == reason):
-                return vm
-            return None
-
-        return await until(f"VsphereAgent {va} in phase {phase}/{reason}", check)
-
-    async def prepared(self, am: str, *, cleanup: str = "Delete") -> tuple[str, str, str]:
-        """A pool, a waiting AM with its Machine, its VM recorded and its Agent prepared."""
-        await self.setup_pool(cleanup=cleanup)
-        await self.waiting_agent_machine(am)
-        await self.create(kinds.MACHINE, machine_obj(self.cpns, self.ns, f"machine-{am}", infra=am))
-        va = await until(f"a VsphereAgent for {am}", lambda: self.get(kinds.VSPHERE_AGENT, am))
-        vm_name = va["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
-        # the vm controller's part: the VM exists and its identity is recorded
-        await self.patch(
-            kinds.VSPHERE_AGENT, am, {"status": {"vm": {"name": vm_name, "biosUUID": UUID}}},
-            status=True,
-        )  # fmt: skip
-        # the Assisted Installer's part: the booted VM registers an Agent
-        await self.create(kinds.AGENT, agent_obj(self.ns, "agent-1"))
-        await self.patch(kinds.AGENT, "agent-1", {"status": agent_inventory(UUID)}, status=True)
-        await self.phase_is(am, "Available")
-        return am, vm_name, "agent-1"
-
-    async def bind(self, agent: str, am: str) -> None:
-        await self.patch(
-            kinds.AGENT,
-            agent,
-            {
-                "metadata": {"labels": {names.LABEL_AGENT_MACHINE_REF: am}},
-                "spec": {"clusterDeploymentName": {"name": "demo", "namespace": self.cpns}},
-            },
-        )
-
-    async def unbind(self, agent: str) -> None:
-        await self.patch(
-            kinds.AGENT,
-            agent,
-            {
-                "metadata": {"labels": {names.LABEL_AGENT_MACHINE_REF: None}},
-                "spec": {"clusterDeploymentName": None},
-            },
-        )
 
 
 @pytest.fixture
-async def world(
-    controlplane: ControlPlane,
-    kube: kube_client.KubeClient,
-    namespace: str,
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[World]:
-    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
-    async with running_operator(controlplane, namespaces=[namespace, cpns]) as op:
-        yield World(kube=kube, ns=namespace, cpns=cpns, op=op)
+def world(pool_world: World) -> World:
+    return pool_world
 
 
 async def test_a_waiting_agent_machine_gets_a_pinned_selector_and_one_vsphere_agent(
@@ -198,16 +52,10 @@ async def test_a_waiting_agent_machine_gets_a_pinned_selector_and_one_vsphere_ag
     }
     pool = await until(
         "the pool counting one waiting AgentMachine",
-        lambda: _pool_with(world, waitingAgentMachines=1, agentMachines=1),
+        lambda: pool_with(world, waitingAgentMachines=1, agentMachines=1),
     )
     assert names.FINALIZER_POOL in pool["metadata"]["finalizers"]
     assert [v["metadata"]["name"] for v in await world.vsphere_agents()] == ["am-1"]
-
-
-async def _pool_with(world: World, name: str = POOL, **fields: Any) -> JsonObj | None:
-    pool = await world.pool(name)
-    status = pool.get("status") or {}
-    return pool if all(status.get(k) == v for k, v in fields.items()) else None
 
 
 async def test_two_pools_for_one_nodepool_get_a_warning_and_no_vsphere_agent(world: World) -> None:
@@ -251,7 +99,7 @@ async def test_an_agent_with_the_vms_bios_uuid_is_prepared_and_the_vm_available(
     assert vm["agentRef"]["name"] == agent_name
     assert vm["biosUUID"] == UUID
     pool = await until(
-        "the pool listing the VM", lambda: _pool_with(world, matchingAgents=1, availableAgents=1)
+        "the pool listing the VM", lambda: pool_with(world, matchingAgents=1, availableAgents=1)
     )
     assert [(v["name"], v["phase"]) for v in pool["status"]["ownedVMs"]] == [(vm_name, "Available")]
 
@@ -292,7 +140,7 @@ async def test_retain_keeps_a_released_vm(world: World) -> None:
     await world.phase_is(va, "Released", "MachineDeleted")
     pool = await until(
         "the pool's plan after the release",
-        lambda: _pool_with(world, agentMachines=0),
+        lambda: pool_with(world, agentMachines=0),
     )
     assert not any(a["type"] == "DeleteVM" for a in pool["status"]["plannedActions"])
     assert await world.get(kinds.VSPHERE_AGENT, va) is not None
@@ -308,7 +156,7 @@ async def test_a_vm_whose_agent_is_bound_is_never_cleaned_up(world: World) -> No
     await world.kube.delete(kinds.AGENT_MACHINE, namespace=world.cpns, name="am-1")
     await until(
         "the pool seeing no AgentMachine",
-        lambda: _pool_with(world, agentMachines=0, desiredReplicas=0),
+        lambda: pool_with(world, agentMachines=0, desiredReplicas=0),
     )
     # Released (MachineDeleting) while the Machine was being deleted, Bound again
     # once it is gone: the Agent is still bound to it.
@@ -401,6 +249,6 @@ async def test_two_pools_whose_vms_share_a_mac_each_prepare_and_count_their_own_
 
 def _bound_agents(world: World, pool: str, n: int) -> Any:
     async def check() -> JsonObj | None:
-        return await _pool_with(world, pool, boundAgents=n)
+        return await pool_with(world, pool, boundAgents=n)
 
     return check

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
 
 from agentforge.api import kinds
-from agentforge.kube import client as kube_client
 from sim.controlplane.control import ProxyControl
-from sim.controlplane.controlplane import ControlPlane
-from sim.controlplane.pytest_plugin import namespace_name
-from tests.kube.reconcilers_support import IDENTITY, Operator, running_operator, until
-from tests.kube.test_reconcilers_pool import UUID, World, _pool_with
+from tests.kube.pool_world import UUID, World, pool_with
+from tests.kube.reconcilers_support import IDENTITY, Operator, until
 
 WRITES = ("create", "update", "patch", "delete", "get", "list")
 
 
 @pytest.fixture
-async def world(
-    controlplane: ControlPlane,
-    kube: kube_client.KubeClient,
-    namespace: str,
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[World]:
-    cpns = controlplane.create_namespace(namespace_name(f"{request.node.name}-cp"))
-    async with running_operator(controlplane, namespaces=[namespace, cpns]) as op:
-        yield World(kube=kube, ns=namespace, cpns=cpns, op=op)
+def world(pool_world: World) -> World:
+    return pool_world
 
 
 def _reconciles(controller: str) -> float:
@@ -55,7 +44,7 @@ async def test_status_counts_and_conditions_follow_the_world(world: World) -> No
     _, vm_name, _ = await world.prepared("am-1")
     pool = await until(
         "counts of one waiting AgentMachine and one available Agent",
-        lambda: _pool_with(
+        lambda: pool_with(
             world,
             agentMachines=1,
             waitingAgentMachines=1,
