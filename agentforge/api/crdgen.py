@@ -226,6 +226,21 @@ POOL: Final = Resource(
             ".status.isoEjections.ejected",
             description="VsphereAgents whose discovery ISO was ejected after installation",
         ),
+        # warm spares: `-o wide` only, so the default columns stay the Go operator's
+        PrinterColumn(
+            "Spares",
+            "integer",
+            ".status.spares.ready",
+            description="Warm spares ready to be handed to a waiting AgentMachine",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Wanted",
+            "integer",
+            ".spec.spares",
+            description="Warm spares the pool keeps (spec.spares)",
+            priority=1,
+        ),
         AGE,
     ),
 )

@@ -61,6 +61,8 @@ class CreatedFor(StrEnum):
     """Created by the pool for a waiting AgentMachine."""
     ADOPTED = "adopted"
     """Created by a user to adopt an existing VM."""
+    SPARE = "spare"
+    """Created by the pool as a warm spare (`spec.spares`)."""
 
 
 # --- names owned by HyperShift, CAPI and Assisted Installer --------------------------

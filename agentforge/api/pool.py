@@ -158,6 +158,9 @@ _EFFECTIVE_FOLDER = (
     "(has({o}.vsphere.folder) && {o}.vsphere.folder != '' ? {o}.vsphere.folder "
     ": {o}.hostedClusterRef.name)"
 )
+MAX_SPARES: Final = 100
+"""The most warm spares a pool may keep (CRD validation): each is a running VM."""
+
 FOLDER_RULE: Final[dict[str, JsonValue]] = {
     "rule": f"{_EFFECTIVE_FOLDER.format(o='self')} == {_EFFECTIVE_FOLDER.format(o='oldSelf')}",
     "message": "the VM folder (spec.vsphere.folder, else spec.hostedClusterRef.name) is "
@@ -196,6 +199,23 @@ class VsphereAgentPoolSpec(KubeModel):
     """Discovery ISO caching and ejection."""
     cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
     """Delete, or Retain the VMs and Agents the pool no longer needs."""
+    spares: Int32 = Field(default=0, ge=0, le=MAX_SPARES)
+    """Warm spares: how many VMs the pool keeps booted, discovered and approved but
+    unbound, so a waiting AgentMachine gets one at once instead of waiting for a VM to
+    boot and be discovered. Their Agents carry only a spare selection label, which no
+    AgentMachine selects: CAPI cannot bind them before the pool prepares them. 0 (the
+    default) keeps none."""
+
+
+class SparesStatus(KubeModel):
+    """The pool's warm spares (`spec.spares`)."""
+
+    wanted: Count = 0
+    """`spec.spares`."""
+    ready: Count = 0
+    """Spares whose Agent is discovered and unbound: handed over at once."""
+    creating: Count = 0
+    """Spares whose VM is being created or booted, or not discovered yet."""
 
 
 class PlannedActionType(StrEnum):
@@ -204,7 +224,9 @@ class PlannedActionType(StrEnum):
     DELETE_AGENT = "DeleteAgent"
     PATCH_AGENT = "PatchAgent"
     HAND_OVER_VM = "HandOverVM"
-    """A VM whose AgentMachine went away serves another AgentMachine of the pool."""
+    """A VM whose AgentMachine went away, or a warm spare, serves an AgentMachine of the pool."""
+    CREATE_SPARE = "CreateSpare"
+    """A VM is created to keep `spec.spares` warm spares."""
     NOOP = "Noop"
 
 
@@ -212,7 +234,7 @@ class PlannedAction(KubeModel):
     """One action of the latest plan."""
 
     type: OpenEnum[PlannedActionType]
-    """DemandDeficit, HandOverVM, DeleteVM, DeleteAgent, PatchAgent or Noop (values in
+    """DemandDeficit, HandOverVM, CreateSpare, DeleteVM, DeleteAgent, PatchAgent or Noop (values in
     `PlannedActionType`); other versions may write others (older Go releases documented
     CreateVM)."""
     name: str | None = None
@@ -329,6 +351,8 @@ class VsphereAgentPoolStatus(KubeModel):
     """The cached discovery ISO."""
     iso_ejections: ISOEjectionCounts = Field(default_factory=ISOEjectionCounts)
     """VsphereAgents per ISOEjected reason."""
+    spares: SparesStatus | None = None
+    """Warm spares wanted, ready and being made (absent while the pool keeps none)."""
     conditions: Conditions = Field(default_factory=list)
     """Ready, AgentMachineDemandFound, InfraEnvAvailable, CapacitySatisfied,
     VsphereReady and ISOReady."""

@@ -32,11 +32,20 @@ So the pool owns at most one unbound VM per AgentMachine without an Agent, plus 
 spares of AgentMachines that went away within `HANDOVER_GRACE`, and spares exist
 only while no AgentMachine waits without a VM.
 
+**Warm spares** (`spec.spares`, `World.spares`): VsphereAgents made for no
+AgentMachine (`CreatedFor.SPARE`, a spare selection label, `naming`) are free VMs
+too, handed over like any other (a spare left by an AgentMachine that went away first,
+then the warm spare furthest along). The warm spares left keep their phase
+(Provisioning or Available, no `status.handover`): `Outcome.warm`, furthest along
+first. Fewer than wanted: `Outcome.spare_names` are created (names `naming.spare_name`
+no VsphereAgent of the pool holds); more: the least advanced are `Outcome.surplus`.
+
 Pure: no I/O, no clock. O(VMs + AgentMachines) plus two sorts.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,6 +54,7 @@ from typing import Final
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase, VMReason
+from agentforge.reconcilers.planning import naming
 from agentforge.reconcilers.planning.phases import VMRecord
 from agentforge.reconcilers.planning.snapshot import (
     AgentFacts,
@@ -100,6 +110,12 @@ class Outcome:
     """VsphereAgent -> the bound Agent of another cluster or pool that is its VM."""
     records: Mapping[str, HandoverFacts | None]
     """VsphereAgent -> its `status.handover` (only where it differs from what it has)."""
+    warm: tuple[VsphereAgentFacts, ...] = ()
+    """The warm spares kept (serving nothing, not handed over), furthest along first."""
+    surplus: tuple[VsphereAgentFacts, ...] = ()
+    """Warm spares beyond `World.spares`, least advanced first."""
+    spare_names: tuple[str, ...] = ()
+    """Warm spares to create (VsphereAgent names)."""
 
 
 @dataclass(slots=True)
@@ -134,6 +150,9 @@ class World:
     now: datetime
     create: bool
     """False while other pools claim the same AgentMachines: nothing new is made."""
+    spares: int = 0
+    """`spec.spares`: the warm spares to keep."""
+    pool_name: str = ""
 
 
 def _accepts(am: AgentMachineFacts, agent: AgentFacts | None, namespace: str) -> bool:
@@ -148,9 +167,12 @@ def _accepts(am: AgentMachineFacts, agent: AgentFacts | None, namespace: str) ->
     )
 
 
-def _progress(va: VsphereAgentFacts, matches: Mapping[str, AgentFacts]) -> tuple[int, int, str]:
-    """Furthest along first: an Agent registered, then a VM that exists."""
-    return (va.name not in matches, not va.vm_exists, va.name)
+def _progress(
+    va: VsphereAgentFacts, matches: Mapping[str, AgentFacts]
+) -> tuple[bool, bool, bool, str]:
+    """Furthest along first: an Agent registered, then a VM that exists; a VM left by
+    an AgentMachine before a warm spare (the one would be cleaned up, the other kept)."""
+    return (va.name not in matches, not va.vm_exists, va.warm_spare, va.name)
 
 
 def assign(world: World) -> Outcome:
@@ -296,7 +318,11 @@ def _pair(
         else ()
     )
     spares: dict[str, VMReason] = {}
+    warm: list[VsphereAgentFacts] = []
     for va in free[len(needy) :]:
+        if va.warm_spare:
+            warm.append(va)
+            continue
         spares[va.name] = _spare_reason(va, world)
         kept = va.handover
         if kept is None or kept.to:
@@ -306,6 +332,7 @@ def _pair(
     for name in state.taken:
         records[name] = None
     recorded = {va.name: va.handover for va in with_records}
+    wanted = max(0, world.spares)
     return Outcome(
         serving=state.serving,
         handovers=tuple(handovers),
@@ -313,7 +340,25 @@ def _pair(
         spares=spares,
         taken=state.taken,
         records={k: v for k, v in records.items() if v != recorded.get(k)},
+        warm=tuple(warm[:wanted]),
+        surplus=tuple(reversed(warm[wanted:])),
+        spare_names=_spare_names(world, wanted - len(warm)) if world.create else (),
     )
+
+
+def _spare_names(world: World, count: int) -> tuple[str, ...]:
+    """`count` names for new warm spares, the lowest indices no VsphereAgent holds."""
+    if count <= 0:
+        return ()
+    held = {va.name for va in world.vsphere_agents} | {va.name for va in world.retiring}
+    found: list[str] = []
+    for index in itertools.count():
+        name = naming.spare_name(pool=world.pool_name, index=index)
+        if name not in held:
+            found.append(name)
+            if len(found) == count:
+                return tuple(found)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _finish(

@@ -57,3 +57,30 @@ def vm_name(*, name_prefix: str, namespace: str, vsphere_agent: str) -> str:
     suffix = "-" + _digest(f"{namespace}/{vsphere_agent}", 8)
     stem = _NON_DNS.sub("-", name_prefix.lower()).strip("-") or "agent"
     return stem[: MAX_DNS_LABEL - len(suffix)].rstrip("-") + suffix
+
+
+SPARE_SELECTION_PREFIX = "spare_"
+"""Warm spares' selection label values start with this: an AgentMachine's value
+(`selection_label_value`: a lower-case DNS name, or its stem and hex digits) never
+holds an underscore, so no AgentMachine's pinned selector matches a spare's Agent."""
+
+
+def spare_selection(*, vsphere_agent: str) -> str:
+    """The selection label value of the warm spare `vsphere_agent` (stable, unique)."""
+    return SPARE_SELECTION_PREFIX + _digest(vsphere_agent, 16)
+
+
+def is_spare_selection(value: str | None) -> bool:
+    return value is not None and value.startswith(SPARE_SELECTION_PREFIX)
+
+
+def spare_name(*, pool: str, index: int) -> str:
+    """The name of the pool's `index`-th warm spare VsphereAgent: `<pool>-spare-<index>`."""
+    suffix = f"-spare-{index}"
+    return pool[: MAX_OBJECT_NAME - len(suffix)].rstrip("-.") + suffix
+
+
+def spare_index(name: str) -> int | None:
+    """The index in a `spare_name`, if `name` is one."""
+    stem, sep, index = name.rpartition("-spare-")
+    return int(index) if sep and stem and index.isdigit() else None

@@ -22,6 +22,11 @@ made precise in docs/design/0002):
   the bookkeeping: besides the matched Agent, any bound Agent of the snapshot that
   identifies the VM (its BIOS UUID, or its MAC with no BIOS UUID saying otherwise;
   claimed or excluded ones included) defers it;
+* warm spares (`spec.spares`, see `assignment`): the spares to create, the surplus
+  ones to clean up (under `cleanupPolicy: Delete`, least advanced first), their
+  Agents prepared with the spare selection label only (no pool label: no
+  AgentMachine selects them), counted apart (`Plan.spares`), never as demand,
+  pending VMs or available Agents;
 * counts, planned actions, the pool conditions it can decide, and when to look
   again (the earliest orphan or spare deadline).
 
@@ -120,6 +125,17 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Spares:
+    """The pool's warm spares as planned (`status.spares`)."""
+
+    wanted: int = 0
+    ready: int = 0
+    """Kept warm spares whose Agent registered (Available)."""
+    creating: int = 0
+    """Kept warm spares without an Agent yet, and the ones this plan creates."""
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     counts: Counts
     vms: tuple[VMRecord, ...]
@@ -137,6 +153,9 @@ class Plan:
     planned_names: frozenset[str] = frozenset()
     """The VsphereAgents this plan saw (set when it creates): a name among them serves
     no AgentMachine the plan creates for, whatever its labels say."""
+    spare_creations: tuple[str, ...] = ()
+    """Warm spare VsphereAgents to create (names no VsphereAgent of the pool holds)."""
+    spares: Spares = Spares()
 
     @property
     def changed_vms(self) -> tuple[VMRecord, ...]:
@@ -251,8 +270,12 @@ def plan(snapshot: Snapshot) -> Plan:
             control_plane_namespace=cpns,
             now=ctx.now,
             create=not snapshot.competing_pools,
+            spares=pool.spec.spares,
+            pool_name=pool.metadata.name,
         )
     )
+    warm = {va.name for va in outcome.warm}
+    surplus = {va.name for va in outcome.surplus}
 
     records: list[VMRecord] = []
     patches: list[AgentPatch] = []
@@ -270,15 +293,22 @@ def plan(snapshot: Snapshot) -> Plan:
         record = _assigned(va, phased, outcome, ctx.now) if adjusted else phased
         records.append(record)
         phase = record.phase
-        if phase in _PENDING:
+        if phase in _PENDING and va.name not in warm and va.name not in surplus:
             pending += 1
         if phase is _AVAILABLE and agent is not None and not agent.deleting:
             patch = preparation.patch(va, agent, record.handover)
             if patch is not None:
                 patches.append(patch)
-        if not cleanup or phase not in _CLEANUP_CANDIDATES:
+        if va.name in surplus:
+            reason: str | None = (
+                f"surplus warm spare: the pool keeps {pool.spec.spares} (spec.spares)"
+                if cleanup
+                else None
+            )
+        elif not cleanup or phase not in _CLEANUP_CANDIDATES:
             continue
-        reason = _cleanup_reason(record, ctx)
+        else:
+            reason = _cleanup_reason(record, ctx)
         if reason is None:
             continue
         if snapshot.competing_pools:
@@ -313,6 +343,13 @@ def plan(snapshot: Snapshot) -> Plan:
         pending=pending,
         creating=len(outcome.creations),
         demand=demand,
+        spares=warm | surplus,
+    )
+    ready_spares = sum(1 for va in outcome.warm if va.name in matches)
+    spares = Spares(
+        wanted=pool.spec.spares,
+        ready=ready_spares,
+        creating=len(outcome.warm) - ready_spares + len(outcome.spare_names),
     )
     decided = (
         pool_conditions.demand_found(
@@ -340,6 +377,7 @@ def plan(snapshot: Snapshot) -> Plan:
                 deletions=deletions,
                 deferrals=deferrals,
                 handovers=outcome.handovers,
+                spare_creations=outcome.spare_names,
             )
         ),
         conditions=(*decided, ready),
@@ -348,6 +386,8 @@ def plan(snapshot: Snapshot) -> Plan:
         creations=outcome.creations,
         handovers=outcome.handovers,
         planned_names=(frozenset(va.name for va in ordered) if outcome.creations else frozenset()),
+        spare_creations=outcome.spare_names,
+        spares=spares,
     )
 
 
@@ -360,13 +400,15 @@ def _counts(
     pending: int,
     creating: int,
     demand: demand_.Demand,
+    spares: frozenset[str] | set[str] = frozenset(),
 ) -> Counts:
     """The counts; `retiring` are the deleting VsphereAgents, `pending` the owned VMs
     Provisioning or Available, `creating` the VsphereAgents this plan creates (pending
-    VMs too, once it is applied)."""
+    VMs too, once it is applied); the Agents of the warm `spares` count nowhere."""
     # an Agent matched to a deleting VM is held, not counted; one matched to a live VM
     # is owned (an Agent matches at most one VM)
     held = {agent.name for va in retiring if (agent := matches.get(va.name)) is not None}
+    held.update(agent.name for name in spares if (agent := matches.get(name)) is not None)
     matched = {agent.name for agent in matches.values()}
     wanted = [
         (k, v)

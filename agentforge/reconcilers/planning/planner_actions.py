@@ -56,6 +56,7 @@ class Decisions:
     deletions: Sequence[Deletion]
     deferrals: Sequence[Deferral]
     handovers: Sequence[Handover]
+    spare_creations: Sequence[str] = ()
 
 
 def actions(decided: Decisions) -> tuple[Action, ...]:
@@ -80,6 +81,13 @@ def _all(d: Decisions) -> Iterator[Action]:
             f"VsphereAgent {h.vsphere_agent} (made for AgentMachine {h.from_}, which no "
             f"longer needs it) serves AgentMachine {h.agent_machine}",
         )
+    for name in d.spare_creations:
+        yield Action(
+            PlannedActionType.CREATE_SPARE,
+            name,
+            "create a warm spare VM (spec.spares): booted and discovered before an "
+            "AgentMachine needs it",
+        )
     for p in d.patches:
         fields = sorted({*p.patch.get("spec", {}), *(("labels",) if "metadata" in p.patch else ())})
         yield Action(
@@ -96,7 +104,14 @@ def _all(d: Decisions) -> Iterator[Action]:
             )
     for f in d.deferrals:
         yield Action(PlannedActionType.NOOP, f.vm, f"clean-up deferred: {f.reason}")
-    if not (counts.demand_deficit or d.handovers or d.patches or d.deletions or d.deferrals):
+    if not (
+        counts.demand_deficit
+        or d.handovers
+        or d.spare_creations
+        or d.patches
+        or d.deletions
+        or d.deferrals
+    ):
         waiting = counts.agent_machines_without_agent
         yield Action(
             PlannedActionType.NOOP,

@@ -10,6 +10,11 @@ fields that differ, so a prepared Agent costs nothing and the patch is safe to
 repeat. A patch that names a hand-over's target before its record is stored waits
 for that record (`AgentPatch.after_record`, applied by `pool_apply`).
 
+A warm spare's Agent (its selection is a spare value, `naming.is_spare_selection`)
+gets the spare selection label, hostname, role and approval, but none of the pool's
+labels: no AgentMachine's selector matches it, pinned or not, so CAPI cannot bind it
+before a hand-over prepares it for one AgentMachine.
+
 Pure: no I/O.
 """
 
@@ -21,6 +26,7 @@ from typing import Any, Final, NamedTuple
 
 from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
+from agentforge.reconcilers.planning.naming import is_spare_selection
 from agentforge.reconcilers.planning.snapshot import AgentFacts, HandoverFacts, VsphereAgentFacts
 
 _SELECTION: Final = names.LABEL_AGENT_MACHINE
@@ -73,12 +79,13 @@ class Preparation:
         have = agent.labels
         vm_name = va.vm_name
         labels: dict[str, str] = {}
-        for key, value in self.labels.items():
-            if have.get(key) != value:
-                labels[key] = value
         # `va.target` with the plan's record, inlined: this runs per VM per plan
         target = handover.selection if handover is not None and handover.to else va.agent_machine
         selection = target or vm_name
+        if not is_spare_selection(selection):
+            for key, value in self.labels.items():
+                if have.get(key) != value:
+                    labels[key] = value
         after = None
         if have.get(_SELECTION) != selection:
             labels[_SELECTION] = selection

@@ -242,6 +242,12 @@ class VsphereAgentFacts:
         return self.agent_machine
 
     @property
+    def warm_spare(self) -> bool:
+        """A warm spare (`spec.spares`): its target is a spare selection value, so it
+        serves no AgentMachine (yet)."""
+        return naming.is_spare_selection(self.target)
+
+    @property
     def vm_exists(self) -> bool:
         """The VM was created or adopted (identity recorded, or Ready=True)."""
         return bool(self.bios_uuid) or self.ready_since is not None

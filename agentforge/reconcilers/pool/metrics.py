@@ -7,6 +7,8 @@
   pool creates (`spec.template`), so capacity in VMs converts to cores and bytes.
 * `agent_forge_pool_iso_ejections{namespace,pool,reason}`: the pool's VsphereAgents
   per ISOEjected reason (`status.isoEjections`), one series per reason.
+* `agent_forge_pool_spares{namespace,pool,state}`: warm spares (`status.spares`),
+  `state` one of `wanted`, `ready`, `creating`.
 
 A deleted pool's series are removed (`forget`), so dashboards never show a pool
 that no longer exists.
@@ -53,6 +55,14 @@ POOL_ISO_EJECTIONS: Final = Gauge(
     "VsphereAgents of the pool per reason of their ISOEjected condition.",
     ["namespace", "pool", "reason"],
 )
+
+
+POOL_SPARES: Final = Gauge(
+    "agent_forge_pool_spares",
+    "Warm spare VMs of the pool (spec.spares): wanted, ready, and being made.",
+    ["namespace", "pool", "state"],
+)
+SPARE_STATES: Final = ("wanted", "ready", "creating")
 
 
 class CapacityState(StrEnum):
@@ -102,6 +112,11 @@ def record_iso_ejections(
         POOL_ISO_EJECTIONS.labels(namespace, pool, reason.value).set(counts.get(reason, 0))
 
 
+def record_spares(*, namespace: str, pool: str, wanted: int, ready: int, creating: int) -> None:
+    for spare_state, value in zip(SPARE_STATES, (wanted, ready, creating), strict=True):
+        POOL_SPARES.labels(namespace, pool, spare_state).set(value)
+
+
 def _remove(gauge: Gauge, *labels: str) -> None:
     try:
         gauge.remove(*labels)
@@ -117,3 +132,5 @@ def forget(*, namespace: str, pool: str) -> None:
         _remove(gauge, namespace, pool)
     for reason in ISOEjectedReason:
         _remove(POOL_ISO_EJECTIONS, namespace, pool, reason.value)
+    for spare_state in SPARE_STATES:
+        _remove(POOL_SPARES, namespace, pool, spare_state)

@@ -155,6 +155,13 @@ class PoolReconciler:
         metrics.record_iso_ejections(
             namespace=pool.metadata.namespace, pool=pool.metadata.name, counts=plan.iso_ejections
         )
+        metrics.record_spares(
+            namespace=pool.metadata.namespace,
+            pool=pool.metadata.name,
+            wanted=plan.spares.wanted,
+            ready=plan.spares.ready,
+            creating=plan.spares.creating,
+        )
         if failure is not None or requeue:
             return Result(requeue=True)
         afters = [t for t in (paced, held_for) if t is not None]

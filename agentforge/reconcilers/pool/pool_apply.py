@@ -12,7 +12,7 @@
    merge patch conditional on the version that carries the record (a 409 means it
    changed meanwhile: the next pass decides again).
 5. Creations: one VsphereAgent per AgentMachine no VM can serve
-   (`vsphere_agent_create`).
+   (`vsphere_agent_create`), then the warm spares the pool lacks (`spec.spares`).
 6. The Agent patches held back in step 1 (`AgentPatch.after_record`): the Agent of a
    handed-over VM gets the new selection label once the record is stored, never
    before, and in the same pass, so the next plan finds nothing left to do.
@@ -39,7 +39,7 @@ from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.common import event_groups
 from agentforge.reconcilers.common.deps import Deps
-from agentforge.reconcilers.planning import planner
+from agentforge.reconcilers.planning import naming, planner
 from agentforge.reconcilers.pool import pool_status as status_
 from agentforge.reconcilers.pool import vsphere_agent_create
 from agentforge.reconcilers.pool.plan_reports import summary
@@ -64,7 +64,9 @@ class PoolEvent(StrEnum):
     VSPHERE_AGENT_NAME_TAKEN = "VsphereAgentNameTaken"
     """On the AgentMachine (Warning): every name its VsphereAgent may have is taken."""
     VSPHERE_AGENT_HANDED_OVER = "VsphereAgentHandedOver"
-    """On the pool and the AgentMachine: a VM made for another serves it."""
+    """On the pool and the AgentMachine: a VM made for another, or a warm spare, serves it."""
+    SPARES_CREATED = "SparesCreated"
+    """On the pool: warm spare VsphereAgents were created (`spec.spares`)."""
 
 
 Event = Callable[[JsonObj, PoolEvent, str, bool], Awaitable[None]]
@@ -190,6 +192,7 @@ class PlanApplier:
         owned, stored = await self._write_vms(pool, plan, skip=deleted)
         requeue = await self._hand_over(key, pool, pool_obj, plan, stored)
         await self._create(key, pool, plan)
+        await self._create_spares(key, pool, pool_obj, plan)
         # `deleted` now also holds the VsphereAgents found gone while writing records
         held = [p for p in plan.patches if p.after_record is not None]
         await self._prepare(pool, [p for p in held if p.after_record not in deleted], prepared)
@@ -286,10 +289,16 @@ class PlanApplier:
                     f"{handover.agent_machine}: {exc}; {hint(exc)}"
                 ) from exc
             self.expectations.expect(key, name, handover.selection)
+            why = (
+                "it was a warm spare (spec.spares), so no new VM is created and a "
+                "replacement spare is made"
+                if naming.is_spare_selection(handover.from_)
+                else f"AgentMachine {handover.from_} it was made for no longer needs it, so "
+                "no new VM is created"
+            )
             message = (
                 f"VsphereAgent {namespace}/{name} (VM {handover.vm}) now serves AgentMachine "
-                f"{pool.spec.control_plane_namespace}/{handover.agent_machine}: AgentMachine "
-                f"{handover.from_} it was made for no longer needs it, so no new VM is created"
+                f"{pool.spec.control_plane_namespace}/{handover.agent_machine}: {why}"
             )
             await self._event(pool_obj, PoolEvent.VSPHERE_AGENT_HANDED_OVER, message, False)
             am = self._agent_machines.get(
@@ -344,6 +353,44 @@ class PlanApplier:
                     f"{namespace}/{pool.metadata.name} for this AgentMachine; it binds the Agent "
                     f"labelled {names.LABEL_AGENT_MACHINE}={creation.selection}",
                 )
+
+    async def _create_spares(
+        self, key: ObjectKey, pool: VsphereAgentPool, pool_obj: JsonObj, plan: planner.Plan
+    ) -> None:
+        if not plan.spare_creations:
+            return
+        namespace = pool.metadata.namespace
+        taken = {record.vsphere_agent for record in plan.vms} | set(plan.spare_creations)
+        created: list[str] = []
+        for name in plan.spare_creations:
+            taken.discard(name)
+            try:
+                obj = await vsphere_agent_create.create_spare(
+                    self._client, self._vsphere_agents, pool=pool, name=name, taken=taken
+                )
+            except errors.KubeError as exc:
+                raise StepFailed(
+                    f"could not create a warm spare VsphereAgent in {namespace} for pool "
+                    f"{pool.metadata.name}: {exc}; {hint(exc)}",
+                    forbidden=isinstance(exc, errors.Forbidden),
+                ) from exc
+            if obj is None:
+                continue
+            spare = obj["metadata"]["name"]
+            self.expectations.expect(
+                key, spare, obj["metadata"]["labels"][names.LABEL_AGENT_MACHINE]
+            )
+            created.append(
+                f"{spare} (VM {obj['metadata']['annotations'][names.ANNOTATION_VM_NAME]})"
+            )
+        if created:
+            await self._event(
+                pool_obj,
+                PoolEvent.SPARES_CREATED,
+                f"created {len(created)} warm spare VsphereAgent(s) to keep {pool.spec.spares} "
+                f"(spec.spares): {summary(created)}",
+                False,
+            )
 
 
 def _vm_mutation(record: planner.VMRecord, where: status_.RefNamespaces) -> Any:

@@ -36,7 +36,7 @@ from agentforge.kube import conditions as kube_conditions
 from agentforge.reconcilers.planning import pool_conditions
 from agentforge.reconcilers.planning.demand import Counts
 from agentforge.reconcilers.planning.phases import Ref, VMRecord
-from agentforge.reconcilers.planning.planner import Action, Plan
+from agentforge.reconcilers.planning.planner import Action, Plan, Spares
 from agentforge.reconcilers.planning.pool_conditions import ConditionDecision, Observed
 
 JsonObj = dict[str, Any]
@@ -176,6 +176,14 @@ def counts_wire(counts: Counts) -> JsonObj:
     }
 
 
+def spares_wire(spares: Spares) -> JsonObj | None:
+    """`status.spares`; None (the field removed, or never written) while the pool keeps
+    none and has none: a pool without spares writes exactly what it wrote before."""
+    if not (spares.wanted or spares.ready or spares.creating):
+        return None
+    return {"wanted": spares.wanted, "ready": spares.ready, "creating": spares.creating}
+
+
 @dataclass(frozen=True, slots=True)
 class DesiredPoolStatus:
     """Everything the pool controller writes into a pool's status."""
@@ -200,6 +208,7 @@ def desired_from_plan(
         "ownedVMs": list(owned_vms),
         "plannedActions": [action_wire(a) for a in plan.actions],
         "isoEjections": ejections_wire(plan.iso_ejections),
+        "spares": spares_wire(plan.spares),
     }
     decided = [c for c in plan.conditions if c.type != PoolConditionType.READY]
     return DesiredPoolStatus(generation=generation, fields=fields, conditions=decided, ready=ready)
@@ -227,7 +236,11 @@ def apply_pool(status: JsonObj, desired: DesiredPoolStatus, *, now: datetime) ->
         status["observedGeneration"] = desired.generation
         changed = True
     for key, value in desired.fields.items():
-        if status.get(key) != value:
+        if value is None:
+            if key in status:
+                del status[key]
+                changed = True
+        elif status.get(key) != value:
             status[key] = value
             changed = True
     conditions = [dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping)]

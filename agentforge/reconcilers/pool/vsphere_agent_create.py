@@ -77,8 +77,14 @@ def candidate_names(*, namespace: str, pool: str, agent_machine: str, uid: str) 
     return list(dict.fromkeys(found))
 
 
-def vsphere_agent_object(*, pool: VsphereAgentPool, name: str, selection: str) -> JsonObj:
-    """The VsphereAgent requested for one AgentMachine of `pool`."""
+def vsphere_agent_object(
+    *,
+    pool: VsphereAgentPool,
+    name: str,
+    selection: str,
+    created_for: names.CreatedFor = names.CreatedFor.AGENT_MACHINE,
+) -> JsonObj:
+    """The VsphereAgent requested for one AgentMachine of `pool` (or a warm spare)."""
     namespace = pool.metadata.namespace
     return {
         "apiVersion": kinds.VSPHERE_AGENT.api_version,
@@ -91,7 +97,7 @@ def vsphere_agent_object(*, pool: VsphereAgentPool, name: str, selection: str) -
             "finalizers": [names.FINALIZER_VSPHERE_AGENT],
             "labels": {
                 names.LABEL_POOL: pool.metadata.name,
-                names.LABEL_CREATED_FOR: names.CreatedFor.AGENT_MACHINE.value,
+                names.LABEL_CREATED_FOR: created_for.value,
                 names.LABEL_AGENT_MACHINE: selection,
             },
             "annotations": {
@@ -160,6 +166,45 @@ async def create(
             if is_ours(current, pool=pool, selection=creation.selection):
                 return None
     raise NamesTaken([f"{namespace}/{n}" for n in candidates])
+
+
+SPARE_NAME_TRIES = 16
+"""How many names a warm spare tries past the planned one (objects of other pools or
+users may hold `<pool>-spare-<n>` names the pool's plan cannot see)."""
+
+
+async def create_spare(
+    client: KubeClient,
+    cache: Informer,
+    *,
+    pool: VsphereAgentPool,
+    name: str,
+    taken: set[str],
+) -> JsonObj | None:
+    """Create a warm spare VsphereAgent: `name` (the planner's choice, no VsphereAgent
+    of the pool holds it), else the next free `<pool>-spare-<n>`; `taken` holds the
+    names not to use (the plan's VsphereAgents and spares) and gets the one used. None
+    when no name is free (an AlreadyExists counts as taken: a create that raced is
+    made up by the next plan's surplus clean-up, never doubled in one pass)."""
+    namespace = pool.metadata.namespace
+    index = naming.spare_index(name) or 0
+    candidates = [name] + [
+        naming.spare_name(pool=pool.metadata.name, index=i)
+        for i in range(index + 1, index + 1 + SPARE_NAME_TRIES)
+    ]
+    for candidate in candidates:
+        if candidate in taken or cache.get(namespace=namespace, name=candidate) is not None:
+            continue
+        taken.add(candidate)
+        selection = naming.spare_selection(vsphere_agent=candidate)
+        body = vsphere_agent_object(
+            pool=pool, name=candidate, selection=selection, created_for=names.CreatedFor.SPARE
+        )
+        try:
+            return await client.create(kinds.VSPHERE_AGENT, body, namespace=namespace)
+        except errors.AlreadyExists:
+            continue
+    return None
 
 
 async def move_label(

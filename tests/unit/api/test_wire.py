@@ -56,6 +56,7 @@ def test_go_pool_round_trips_without_loss(fixture: Load) -> None:
     assert dict(leaves(original)).items() <= dict(leaves(dumped)).items()
     assert added_paths(original, dumped) == {
         "spec.iso.ejectAfterInstall",
+        "spec.spares",
         "status.isoEjections.disabled",
         "status.isoEjections.waitingForInstallation",
         "status.isoEjections.ejectionInProgress",

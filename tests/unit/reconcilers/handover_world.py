@@ -29,7 +29,7 @@ from typing import Any
 from agentforge.api import names
 from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers.planning import planner
+from agentforge.reconcilers.planning import naming, planner
 from agentforge.reconcilers.planning.snapshot import agent_facts
 from agentforge.reconcilers.pool import pool_status, vsphere_agent_create
 from tests.unit.reconcilers.planner_support import (
@@ -52,6 +52,8 @@ JsonObj = dict[str, Any]
 @dataclass
 class Model:
     policy: str = "Delete"
+    wanted_spares: int = 0
+    """`spec.spares`."""
     world: World = field(init=False)
     removed_at: list[datetime] = field(default_factory=list)
     """When something happened that frees a VM: an AgentMachine started to go away, an
@@ -64,7 +66,8 @@ class Model:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
-        self.world = World(cleanupPolicy=self.policy)
+        extra = {"spares": self.wanted_spares} if self.wanted_spares else {}
+        self.world = World(cleanupPolicy=self.policy, **extra)
 
     @property
     def now(self) -> datetime:
@@ -249,7 +252,26 @@ class Model:
             labels[names.LABEL_AGENT_MACHINE] = handover.selection
         for creation in plan.creations:
             self._create(creation)
+        for name in plan.spare_creations:
+            self._create_spare(name)
         return plan
+
+    def _create_spare(self, name: str) -> None:
+        if name in self.world.vsphere_agents:
+            self.violations.append(f"warm spare {name} planned under a name that is taken")
+            return
+        body = vsphere_agent_create.vsphere_agent_object(
+            pool=self.pool,
+            name=name,
+            selection=naming.spare_selection(vsphere_agent=name),
+            created_for=names.CreatedFor.SPARE,
+        )
+        meta = body["metadata"]
+        meta["uid"] = f"uid-va-{next(self._ids)}"
+        meta["resourceVersion"] = "1"
+        meta["creationTimestamp"] = format_time(self.now)
+        body["status"] = {}
+        self.world.add(body)
 
     def _create(self, creation: planner.Creation) -> None:
         pool = self.pool
@@ -275,6 +297,14 @@ class Model:
         self.world.now = self.world.now + timedelta(minutes=minutes)
 
     # --- what the properties look at ------------------------------------------------------
+
+    def warm_spares(self) -> list[JsonObj]:
+        """Live warm spares: their selection label is a spare value."""
+        return [
+            va
+            for va in self.live_vsphere_agents()
+            if naming.is_spare_selection(va["metadata"]["labels"].get(names.LABEL_AGENT_MACHINE))
+        ]
 
     def spares(self) -> list[JsonObj]:
         return [

@@ -40,9 +40,11 @@ PHASES_BOUND = {"Bound", "Released"}
 
 
 class AgentMachineChurn(RuleBasedStateMachine):
+    spares = 0
+
     def __init__(self) -> None:
         super().__init__()
-        self.model = Model()
+        self.model = Model(wanted_spares=self.spares)
         self.checked = 0
 
     @initialize(n=st.integers(1, 5), pinned=st.booleans())
@@ -122,7 +124,9 @@ class AgentMachineChurn(RuleBasedStateMachine):
             if (va["status"].get("vm") or {}).get("phase") in PHASES_BOUND and va not in spares
         ]
         orphans = [va for va in live if (va["status"].get("vm") or {}).get("phase") == "Orphaned"]
-        capacity = len(live) - len(orphans)
+        warm = [va for va in m.warm_spares() if va not in orphans]
+        assert len(warm) <= m.wanted_spares, _describe(m)  # warm spares (spec.spares) apart
+        capacity = len(live) - len(orphans) - len(warm)
         assert capacity <= without_agent + len(bound) + len(spares), _describe(m)
         for va in orphans:  # no capacity: discovery failed; gone ORPHAN_GRACE later
             since = va["status"]["vm"]["lastTransitionTime"]
@@ -166,7 +170,8 @@ class AgentMachineChurn(RuleBasedStateMachine):
         live = m.live_vsphere_agents()
         assert m.violations == []
         assert all(am["status"].get("agentRef") for am in ams.values()), _describe(m)
-        assert len(live) == len(ams), _describe(m)
+        assert len(live) == len(ams) + m.wanted_spares, _describe(m)
+        assert len(m.warm_spares()) == m.wanted_spares, _describe(m)
         assert m.spares() == [], _describe(m)
         bound_to = Counter(
             agent_facts(a).agent_machine_ref
@@ -217,3 +222,14 @@ AgentMachineChurn.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_vm_count_stays_bounded_and_converges = AgentMachineChurn.TestCase
+
+
+class AgentMachineChurnWithSpares(AgentMachineChurn):
+    """The same churn with `spec.spares: 2`: warm spares are handed over like spare VMs,
+    never bound before, and the world settles at one VM per AgentMachine plus 2 spares."""
+
+    spares = 2
+
+
+AgentMachineChurnWithSpares.TestCase.settings = AgentMachineChurn.TestCase.settings
+test_vm_count_with_spares_stays_bounded_and_converges = AgentMachineChurnWithSpares.TestCase
