@@ -5,7 +5,8 @@ The bottom layer: imports nothing else from `agentforge` but the pure `agentforg
 
 - `pool`, `vsphereagent`, `vm`: our CRDs as pydantic models (wire names, defaults,
   bounds), including the crash-recovery records in VsphereAgent status.
-- `conditions`: the Condition shape, condition types and reasons, `set_condition`.
+- `conditions`: the Condition shape, condition types and reasons; the one place
+  conditions are read and written.
 - `views`: Agent, AgentMachine, Machine, InfraEnv as the reconcilers read them.
 - `names`: every label, annotation, finalizer and VM marker name.
 - `kinds`: every resource the operator touches; `trim`: what the cache keeps of each.

@@ -1,9 +1,13 @@
 """Status conditions: the metav1.Condition shape, every type and reason we report.
 
 Users, alerts and the e2e suite key on these strings, so they are enums rather than
-literals scattered through the reconcilers. `set_condition` reproduces client-go's
-`meta.SetStatusCondition`: `lastTransitionTime` moves only when `status` changes, so
-a condition rewritten on every reconcile does not look like a flapping one.
+literals scattered through the reconcilers. This module is the one place conditions
+are read and written: `find_condition`/`condition_true` read a typed list (ours, or
+another controller's as `api.views` parses it); `get_condition`/`set_condition`/
+`remove_condition` work on the status dict a reconciler writes. `set_condition`
+reproduces client-go's `meta.SetStatusCondition`: `lastTransitionTime` moves only
+when `status` changes, so a condition rewritten on every reconcile does not look like
+a flapping one, and it returns whether anything changed (write only if changed).
 
 `ACTIONABLE` lists the (kind, condition, reason) an admin must act on, each with the
 fix, and `RETRYING` the reasons a condition passes through while the operator retries
@@ -13,14 +17,16 @@ it starts and once when it clears, never per retry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Protocol, TypeVar
 
 from pydantic import Field, WithJsonSchema
 
+from agentforge import redaction
+from agentforge.api import fields
 from agentforge.api.fields import Int64, KubeModel, Time
 from agentforge.api.kinds import VSPHERE_AGENT, VSPHERE_AGENT_POOL
 
@@ -289,43 +295,106 @@ Conditions = Annotated[list[Condition], WithJsonSchema(CONDITIONS_SCHEMA)]
 """A `conditions` list keyed by type (listType=map), as every status here carries."""
 
 
-def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:
-    """The condition of `type_`, or None."""
+class _Typed(Protocol):
+    @property
+    def type(self) -> str: ...
+
+
+class _HasStatus(_Typed, Protocol):
+    @property
+    def status(self) -> str: ...
+
+
+_T = TypeVar("_T", bound=_Typed)
+
+
+def find_condition(conditions: Iterable[_T], type_: str) -> _T | None:
+    """The condition of `type_` in a typed list (ours or another controller's), or None."""
     return next((c for c in conditions if c.type == type_), None)
 
 
+def condition_true(conditions: Iterable[_HasStatus], type_: str) -> bool:
+    """True when the condition of `type_` exists with status True."""
+    found = find_condition(conditions, type_)
+    return found is not None and found.status == ConditionStatus.TRUE
+
+
+# --- writing conditions into a status dict ---------------------------------------------
+# Reconcilers build the status they PUT as a dict (only the fields they own); these
+# keep metav1.Condition semantics there. Messages pass `redaction.redact` (as log
+# lines and Events do): a credential that reached a message never reaches status.
+
+
+def format_time(moment: datetime) -> str:
+    """`fields.format_time` for a condition's transition: a naive time is refused, not
+    taken for UTC (the caller's clock must say where it is)."""
+    if moment.tzinfo is None:
+        raise ValueError("condition times must be timezone-aware")
+    return fields.format_time(moment)
+
+
+def get_condition(status: Mapping[str, Any] | None, /, *, type: str) -> dict[str, Any] | None:
+    """The condition of `type` in a status dict, or None."""
+    for condition in (status or {}).get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == type:
+            return condition
+    return None
+
+
+def is_true(status: Mapping[str, Any] | None, /, *, type: str) -> bool:
+    condition = get_condition(status, type=type)
+    return condition is not None and condition.get("status") == ConditionStatus.TRUE
+
+
 def set_condition(
-    conditions: Sequence[Condition],
+    status: dict[str, Any],
+    /,
     *,
-    type_: str,
-    status: ConditionStatus,
+    type: str,
+    value: ConditionStatus | str,
     reason: str,
-    message: str = "",
-    observed_generation: int | None = None,
+    message: str,
     now: datetime,
-) -> list[Condition]:
-    """A new list with `type_` set; other conditions and their order are kept.
+    observed_generation: int | None = None,
+) -> bool:
+    """Create or update the condition of `type` in `status`; True when it changed.
 
-    The transition time is `now` only when the condition is new or its status
-    changed, as client-go's meta.SetStatusCondition does.
+    One condition per type, others kept in order; `lastTransitionTime` is `now` only
+    when the condition is new or its status changed (client-go's
+    meta.SetStatusCondition). Pure: the caller passes `now`.
     """
-    previous = find_condition(conditions, type_)
-    transition = (
-        previous.last_transition_time if previous is not None and previous.status == status else now
-    )
-    updated = Condition(
-        type=type_,
-        status=status,
-        reason=reason,
-        message=message,
-        last_transition_time=transition,
-        observed_generation=observed_generation,
-    )
-    if previous is None:
-        return [*conditions, updated]
-    return [updated if c.type == type_ else c for c in conditions]
+    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
+    desired: dict[str, Any] = {
+        "type": type,
+        "status": str(value),
+        "reason": reason,
+        "message": redaction.redact(message),
+    }
+    if observed_generation is not None:
+        desired["observedGeneration"] = observed_generation
+    current = get_condition(status, type=type)
+    if current is None:
+        desired["lastTransitionTime"] = format_time(now)
+        conditions.append(desired)
+        return True
+    if current.get("status") != desired["status"] or "lastTransitionTime" not in current:
+        desired["lastTransitionTime"] = format_time(now)
+    else:
+        desired["lastTransitionTime"] = current["lastTransitionTime"]
+    if observed_generation is None and "observedGeneration" in current:
+        desired["observedGeneration"] = current["observedGeneration"]
+    if desired == current:
+        return False
+    current.clear()
+    current.update(desired)
+    return True
 
 
-def remove_condition(conditions: Sequence[Condition], type_: str) -> list[Condition]:
-    """A new list without `type_`."""
-    return [c for c in conditions if c.type != type_]
+def remove_condition(status: dict[str, Any], /, *, type: str) -> bool:
+    """Drop the condition of `type` from a status dict; True when there was one."""
+    conditions = status.get("conditions") or []
+    kept = [c for c in conditions if not (isinstance(c, dict) and c.get("type") == type)]
+    if len(kept) == len(conditions):
+        return False
+    status["conditions"] = kept
+    return True

@@ -9,13 +9,13 @@ missing spec/status, and parse both full objects and the cache's trimmed ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from pydantic import Field
 
 from agentforge import identity
 from agentforge.api import names
+from agentforge.api.conditions import ConditionStatus, condition_true, find_condition
 from agentforge.api.fields import Time, View
 from agentforge.api.kinds import AGENT_MACHINE, INFRA_ENV
 from agentforge.api.meta import NamespacedName, ObjectMeta
@@ -51,7 +51,7 @@ class StatusCondition(View):
 
     @property
     def is_true(self) -> bool:
-        return self.status == "True"
+        return self.status == ConditionStatus.TRUE
 
 
 class ObservedCondition(StatusCondition):
@@ -59,20 +59,6 @@ class ObservedCondition(StatusCondition):
 
     message: str = ""
     last_transition_time: Time | None = None
-
-
-_C = TypeVar("_C", bound=StatusCondition)
-
-
-def find_condition(conditions: Iterable[_C], type_: str) -> _C | None:
-    """The condition of `type_`, or None."""
-    return next((c for c in conditions if c.type == type_), None)
-
-
-def condition_true(conditions: Iterable[StatusCondition], type_: str) -> bool:
-    """True when the condition of `type_` exists with status True."""
-    found = find_condition(conditions, type_)
-    return found is not None and found.is_true
 
 
 class _Conditioned(View):
@@ -252,7 +238,7 @@ class AgentMachine(View):
         ready = self.status.condition(CONDITION_READY)
         return (
             ready is not None
-            and ready.status == "False"
+            and ready.status == ConditionStatus.FALSE
             and ready.reason == REASON_NO_SUITABLE_AGENTS
         )
 

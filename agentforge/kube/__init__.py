@@ -17,7 +17,6 @@ Knows nothing of vSphere. Import modules, not names, and qualify at call sites
 * `queue`      client-go work-queue semantics
 * `controller` informer events -> keys -> queue -> reconcile workers
 * `events`     aggregated, rate-limited core/v1 Events
-* `conditions` status conditions helper
 * `leader`     Lease leader election
 * `access_review` TokenReview + SubjectAccessReview with TTL caches (who may read /metrics)
 """

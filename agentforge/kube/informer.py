@@ -16,6 +16,11 @@ The contract (client-go `tools/cache/reflector.go`, DESIGN.md "Informer"):
   has been healthy for a while.
 * Each object passes through `transform` (default `trim.default_transform`) before
   it is cached, so only trimmed dicts are kept.
+* An optional `parse` hook turns each cached object, once, at cache time, into the
+  record its readers use (`record(key)`); the record is replaced when the object
+  changes and dropped when it goes, before handlers run. The informer knows nothing
+  of the kinds: the composition root supplies each kind's parser. An object the
+  parser rejects is logged once per version and has no record (it stays cached).
 * Handlers run synchronously on the informer's task, in event order, after the
   cache is updated; they should only enqueue. A handler that raises is logged and
   does not stop the informer. A handler added late first receives ADDED for every
@@ -118,6 +123,7 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        parse: Callable[[JsonObj], object] | None = None,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
         healthy_after: float = 60.0,
@@ -132,6 +138,8 @@ class Informer:
         self._label_selector = label_selector
         self._field_selector = field_selector
         self._transform = transform or default_transform
+        self._parse = parse
+        self._records: dict[ObjectKey, object] = {}
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._healthy_after = healthy_after
@@ -154,6 +162,11 @@ class Informer:
 
     def list(self, *, namespace: str | None = None) -> builtins.list[JsonObj]:
         return self.store.list(namespace=namespace)
+
+    def record(self, key: ObjectKey) -> object | None:
+        """The parsed record of the cached object `key` (None without a parser, for an
+        unknown key, or when the parser rejected the object)."""
+        return self._records.get(key)
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
         self.store.add_index(name, fn)
@@ -307,6 +320,8 @@ class Informer:
 
     def _dispatch(self, changes: builtins.list[Change]) -> None:
         for change in changes:
+            if self._parse is not None:
+                self._keep_record(change)
             for handler in self._handlers:
                 if change.type is ChangeType.ADDED and handler.on_add is not None:
                     self._call(handler.on_add, change.object)
@@ -316,6 +331,25 @@ class Informer:
                     self._call(handler.on_update, change.old, change.new)
                 elif change.type is ChangeType.DELETED and handler.on_delete is not None:
                     self._call(handler.on_delete, change.object)
+
+    def _keep_record(self, change: Change) -> None:
+        assert self._parse is not None
+        if change.type is ChangeType.DELETED:
+            self._records.pop(change.key, None)
+            return
+        obj = change.object
+        try:
+            self._records[change.key] = self._parse(obj)
+        except Exception as exc:  # noqa: BLE001 - one odd object must not stop the cache
+            self._records.pop(change.key, None)
+            version = obj["metadata"].get("resourceVersion", "")
+            log.warning(
+                "%s %s (resourceVersion %s) cannot be read and is ignored: %s",
+                self.kind.kind,
+                change.key,
+                version,
+                exc,
+            )
 
     def _call(self, fn: Callable[..., None], *args: JsonObj) -> None:
         try:

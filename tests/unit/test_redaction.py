@@ -26,7 +26,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from agentforge import observability, redaction
-from agentforge.kube import conditions, events
+from agentforge.api import conditions
+from agentforge.kube import events
 from agentforge.reconcilers.common.deps import CredentialsError
 from agentforge.reconcilers.infra.credentials import parse_credentials
 from agentforge.reconcilers.infra.iso_cache import CheckReason

@@ -27,10 +27,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from agentforge.api import kinds, wire
+from agentforge.api import conditions, kinds, wire
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionType
 from agentforge.api.vsphereagent import ISOEjectionRecord
-from agentforge.kube import conditions as kconditions
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.vm.vm_context import Edit, VmContext
 from agentforge.vsphere import metrics as vmetrics
@@ -197,12 +196,12 @@ def condition_edit(
 def _set_condition(
     status: JsonObj, reason: ISOEjectedReason, message: str, *, now: datetime, generation: int
 ) -> None:
-    kconditions.set_condition(
+    conditions.set_condition(
         status,
         type=VsphereAgentConditionType.ISO_EJECTED,
-        value=kconditions.ConditionStatus.TRUE
+        value=conditions.ConditionStatus.TRUE
         if reason is R.EJECTED
-        else kconditions.ConditionStatus.FALSE,
+        else conditions.ConditionStatus.FALSE,
         reason=reason,
         message=message,
         now=now,

@@ -49,10 +49,9 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from agentforge import vsphere
-from agentforge.api import kinds, names, rbac, wire
+from agentforge.api import conditions, kinds, names, rbac, wire
 from agentforge.api.conditions import PoolConditionType, PoolReason
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.kube import conditions as kconditions
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
@@ -271,12 +270,12 @@ class InfraReconciler:
             status = obj.setdefault("status", {})
             before = copy.deepcopy(status)
             for cond in outcome.conditions:
-                kconditions.set_condition(
+                conditions.set_condition(
                     status,
                     type=cond.type,
-                    value=kconditions.ConditionStatus.TRUE
+                    value=conditions.ConditionStatus.TRUE
                     if cond.ok
-                    else kconditions.ConditionStatus.FALSE,
+                    else conditions.ConditionStatus.FALSE,
                     reason=cond.reason,
                     message=cond.message,
                     now=now,

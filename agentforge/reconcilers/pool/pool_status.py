@@ -26,13 +26,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from agentforge.api import kinds
+from agentforge.api import conditions, kinds
 from agentforge.api.conditions import ConditionStatus, ISOEjectedReason, PoolConditionType
 from agentforge.api.fields import format_time
 from agentforge.api.pool import ISOEjectionCounts
 from agentforge.api.vm import VMSource
 from agentforge.api.wire import to_wire
-from agentforge.kube import conditions as kube_conditions
 from agentforge.reconcilers.planning import pool_conditions
 from agentforge.reconcilers.planning.demand import Counts
 from agentforge.reconcilers.planning.phases import Ref, VMRecord
@@ -215,7 +214,7 @@ def desired_from_plan(
 
 
 def _observed(status: Mapping[str, Any], type_: PoolConditionType) -> Observed | None:
-    found = kube_conditions.get_condition(status, type=type_)
+    found = conditions.get_condition(status, type=type_)
     if found is None:
         return None
     return Observed(
@@ -243,15 +242,15 @@ def apply_pool(status: JsonObj, desired: DesiredPoolStatus, *, now: datetime) ->
         elif status.get(key) != value:
             status[key] = value
             changed = True
-    conditions = [dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping)]
-    work: JsonObj = {"conditions": conditions}
+    current = [dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping)]
+    work: JsonObj = {"conditions": current}
     ready = desired.ready or pool_conditions.ready(
         decided=desired.conditions,
         vsphere=_observed(status, PoolConditionType.VSPHERE_READY),
         iso=_observed(status, PoolConditionType.ISO_READY),
     )
     for decision in (*desired.conditions, ready):
-        changed |= kube_conditions.set_condition(
+        changed |= conditions.set_condition(
             work,
             type=decision.type,
             value=decision.status,

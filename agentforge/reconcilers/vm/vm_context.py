@@ -31,12 +31,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentforge import identity, vsphere
-from agentforge.api import kinds, names, rbac, wire
+from agentforge.api import conditions, kinds, names, rbac, wire
 from agentforge.api.conditions import VsphereAgentConditionType, VsphereAgentReason
 from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
-from agentforge.kube import conditions as kconditions
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
@@ -226,10 +225,10 @@ class VmContext:
         now, generation = self.now, self.agent.metadata.generation
 
         def edit(obj: JsonObj) -> None:
-            kconditions.set_condition(
+            conditions.set_condition(
                 obj["status"],
                 type=VsphereAgentConditionType.READY,
-                value=kconditions.ConditionStatus.TRUE if ok else kconditions.ConditionStatus.FALSE,
+                value=conditions.ConditionStatus.TRUE if ok else conditions.ConditionStatus.FALSE,
                 reason=reason,
                 message=message,
                 now=now,

@@ -133,8 +133,9 @@ def test_the_operator_runtime_never_imports_kubernetes_asyncio() -> None:
     """Its generated client costs ~40 MB RSS; only the config probe child may load it."""
     modules = ", ".join(
         f"agentforge.kube.{m}"
-        for m in ("client", "config", "informer", "controller", "queue", "events", "conditions")
+        for m in ("client", "config", "informer", "controller", "queue", "events")
     )
+    modules += ", agentforge.api.conditions"
     probe = "any(m.startswith('kubernetes_asyncio') for m in sys.modules)"
     code = f"import sys, {modules}; print({probe})"
     result = subprocess.run(

@@ -11,6 +11,7 @@ import pytest
 
 from agentforge.api.kinds import AGENT
 from agentforge.kube import errors, informer
+from agentforge.kube.store import key_for
 from tests.unit.kube.fakes import (
     FakeApi,
     Recorder,
@@ -270,3 +271,54 @@ async def test_stop_cancels_the_reflector_task() -> None:
     calls = len(api.watch_calls)
     await asyncio.sleep(10)
     assert len(api.watch_calls) == calls
+
+
+async def test_a_parse_hook_keeps_one_record_per_cached_object_current() -> None:
+    """Parsed at cache time (before handlers run), replaced on change, dropped on delete;
+    an object the parser rejects is still cached but has no record."""
+    api = FakeApi()
+    api.put(obj("a", "1"), obj("bad", "2"), obj("gone", "2"))
+    api.script(
+        None,
+        WatchScript(
+            steps=[event("MODIFIED", obj("a", "3")), event("DELETED", obj("gone", "4"))],
+            hang=True,
+        ),
+    )
+
+    def parse(o: dict[str, Any]) -> tuple[str, str]:
+        meta = o["metadata"]
+        if meta["name"] == "bad":
+            raise ValueError("unreadable")
+        return meta["name"], meta["resourceVersion"]
+
+    seen: list[object] = []
+    inf = make(api, parse=parse)
+    key_a, key_bad = key_for(namespace="ns", name="a"), key_for(namespace="ns", name="bad")
+    key_gone = key_for(namespace="ns", name="gone")
+    inf.add_handler(
+        informer.EventHandler(
+            on_add=lambda o: seen.append(
+                inf.record(key_for(namespace="ns", name=o["metadata"]["name"]))
+            ),
+            on_update=lambda old, new: seen.append(inf.record(key_a)),
+        )
+    )
+    async with inf:
+        await asyncio.wait_for(inf.synced(), 5)
+        await eventually(lambda: inf.get(namespace="ns", name="gone") is None)
+    assert inf.record(key_a) == ("a", "3")
+    assert seen == [("a", "1"), None, ("gone", "2"), ("a", "3")], "handlers see the new record"
+    assert inf.record(key_gone) is None
+    assert inf.get(namespace="ns", name="bad") is not None
+    assert inf.record(key_bad) is None
+
+
+async def test_without_a_parse_hook_there_are_no_records() -> None:
+    api = FakeApi()
+    api.put(obj("a", "1"))
+    inf = make(api)
+    async with inf:
+        await asyncio.wait_for(inf.synced(), 5)
+    assert inf.get(namespace="ns", name="a") is not None
+    assert inf.record(key_for(namespace="ns", name="a")) is None
