@@ -6,10 +6,10 @@ What one operator process promises:
   object trimmed by `agentforge.api.trim` before it is cached, so a standby is warm
   and takes over without a cold LIST. `/readyz` turns 200 when all have synced
   ("caches synced" is logged once).
-* Controllers (`CONTROLLERS`: the reconcilers of `agentforge.reconcilers.registry`) are
-  built and run only while this process leads. Building them after the Lease is
-  won replays every cached object to them, so each is reconciled once by the new
-  leader. With `--leader-elect=false` they run at once.
+* Controllers (`agentforge.reconcilers.registry.controllers`, from the one `Deps`
+  this module assembles) are built and run only while this process leads. Building
+  them after the Lease is won replays every cached object to them, so each is
+  reconciled once by the new leader. With `--leader-elect=false` they run at once.
 * SIGTERM / SIGINT: stop handing out work, let reconciles in flight finish (at most
   `DRAIN_TIMEOUT`), write the event counts held for a batched write (at most
   `EVENT_FLUSH_TIMEOUT`), release the Lease so a standby takes over at its next retry,
@@ -33,7 +33,6 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from prometheus_client import Info
 
@@ -52,14 +51,11 @@ from agentforge.reconcilers.common import event_groups
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.settings import Settings
-from agentforge.vsphere import IsoAccess
 
 __all__ = [
     "CACHED_KINDS",
-    "CONTROLLERS",
     "DRAIN_TIMEOUT",
-    "ControllerFactory",
-    "Runtime",
+    "BuildControllers",
     "main",
     "run",
 ]
@@ -90,42 +86,13 @@ for _kind in CACHED_KINDS:
 BUILD_INFO = Info("agent_forge_build", "Version of the running operator.")
 
 
-@dataclass(frozen=True, slots=True)
-class Runtime:
-    """What a controller factory may use to build its controllers."""
-
-    settings: Settings
-    client: KubeClient
-    informers: Mapping[kinds.Kind, Informer]
-    events: EventRecorder
-    vsphere: vsphere.SessionRegistry
-    credentials: SecretCredentials
-    iso: IsoAccess
+BuildControllers = Callable[[Deps], Sequence[Controller]]
+"""What a leader runs, in start order, built from the app's one `Deps` (by default every
+reconciler: `agentforge.reconcilers.registry.controllers`); the process also runs
+(caches, probes, leader election) with none."""
 
 
-ControllerFactory = Callable[[Runtime], Controller | Sequence[Controller]]
-
-
-def reconcilers(runtime: Runtime) -> list[Controller]:
-    """The operator's controllers (`agentforge.reconcilers.registry`) over one shared `Deps`."""
-    deps = Deps(
-        client=runtime.client,
-        informers=runtime.informers,
-        events=runtime.events,
-        vsphere=runtime.vsphere,
-        credentials=runtime.credentials,
-        workers=runtime.settings.max_concurrent_reconciles,
-        iso=runtime.iso,
-    )
-    return registry.controllers(deps)
-
-
-# What a leader runs, in start order. Each factory builds controllers from the
-# runtime; the process also runs (caches, probes, leader election) with none.
-CONTROLLERS: tuple[ControllerFactory, ...] = (reconcilers,)
-
-
-def main(settings: Settings, *, controllers: Sequence[ControllerFactory] = CONTROLLERS) -> int:
+def main(settings: Settings, *, controllers: BuildControllers = registry.controllers) -> int:
     """Configure logging and run the operator until it stops; return the exit code
     (without waiting for threads still blocked on a vCenter socket)."""
     observability.configure_logging(level=settings.log_level, fmt=settings.log_format)
@@ -195,7 +162,7 @@ def _informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Infor
     }
 
 
-async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = CONTROLLERS) -> int:
+async def run(settings: Settings, *, controllers: BuildControllers = registry.controllers) -> int:
     """The whole life of the process; returns the exit code (see module doc)."""
     BUILD_INFO.info({"version": __version__})
     stop = asyncio.Event()
@@ -231,7 +198,7 @@ async def run(settings: Settings, *, controllers: Sequence[ControllerFactory] = 
                 settings=settings,
                 iso=iso,
                 cluster=cluster,
-                factories=controllers,
+                controllers=controllers,
                 stop=stop,
                 stack=stack,
             )
@@ -248,7 +215,7 @@ async def _start(
     settings: Settings,
     iso: vsphere.IsoAccess,
     cluster: kube_config.ClusterConfig,
-    factories: Sequence[ControllerFactory],
+    controllers: BuildControllers,
     stop: asyncio.Event,
     stack: contextlib.AsyncExitStack,
 ) -> int:
@@ -319,17 +286,17 @@ async def _start(
     )
     events.start()
     stack.push_async_callback(events.close)  # what a clean shutdown did not flush is dropped
-    runtime = Runtime(
-        settings=settings,
+    deps = Deps(
         client=client,
         informers=informers,
         events=events,
         vsphere=sessions,
         credentials=credentials,
+        workers=settings.max_concurrent_reconciles,
         iso=iso,
     )
     return await _lead_and_work(
-        runtime=runtime, factories=factories, elector=elector, background=background, stop=stop
+        deps=deps, build=controllers, elector=elector, background=background, stop=stop
     )
 
 
@@ -410,8 +377,8 @@ def _report_failures(
 
 async def _lead_and_work(
     *,
-    runtime: Runtime,
-    factories: Sequence[ControllerFactory],
+    deps: Deps,
+    build: BuildControllers,
     elector: leader.LeaderElector | None,
     background: dict[asyncio.Future[None], str],
     stop: asyncio.Event,
@@ -435,10 +402,7 @@ async def _lead_and_work(
         renewing = asyncio.ensure_future(_renew(elector))
         background[renewing] = "leader election"
 
-    controllers: list[Controller] = []
-    for factory in factories:
-        built = factory(runtime)
-        controllers.extend([built] if isinstance(built, Controller) else built)
+    controllers = list(build(deps))
     work: dict[asyncio.Future[None], str] = {
         asyncio.ensure_future(c.run()): f"controller {c.name}" for c in controllers
     }
@@ -446,10 +410,10 @@ async def _lead_and_work(
     ended = await _first(stop=stop, watched={**background, **work})
     if not ended:
         await _drain(controllers)  # SIGTERM: finish what is in flight first
-        await _flush_events(runtime.events)
+        await _flush_events(deps.events)
     await _cancel_all(work)
     if ended:
-        await runtime.events.close()  # no write after the Lease is lost
+        await deps.events.close()  # no write after the Lease is lost
         if elector is not None and not elector.is_leader:
             log.error("lost the leader lease: stopped all work, exiting")
         else:

@@ -20,6 +20,16 @@ Promises (controller-runtime's controller, in asyncio):
   `agent_forge_event_to_reconcile_seconds{controller}`: from the first informer
   event that enqueued a key to the start of the reconcile that handles it (what
   the benchmark reports as p50/p99 reaction time).
+* Read your writes: a reconcile that writes the object of its key reports the
+  resourceVersion the API server returned (`wrote(key, version)`). Until the cache
+  (`cache`, by default the source of the first `own_key` watch) shows a version
+  other than the ones those writes made stale (the version the pass started from and
+  its intermediate writes), the key is not reconciled but looked at again after
+  `stale_recheck` seconds (the watch event of the write normally comes first and
+  enqueues it anyway): deciding from a version the controller itself wrote over would
+  redo finished work. After `stale_timeout` seconds the key is reconciled regardless
+  (logged), so a lost watch event cannot wedge it. No resourceVersion is ever compared
+  by order: they are opaque.
 * `stop()` drains: no new keys are handed out, reconciles in flight finish, then
   `run()` returns. Cancelling `run()` instead cancels reconciles in flight.
 """
@@ -32,7 +42,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from prometheus_async import aio
 from prometheus_client import Counter, Histogram
@@ -43,6 +53,9 @@ from agentforge.kube.ratelimit import Clock, RateLimiter
 from agentforge.kube.store import ObjectKey, object_key
 
 __all__ = [
+    "STALE_RECHECK_S",
+    "STALE_TIMEOUT_S",
+    "Cache",
     "Controller",
     "MapFunc",
     "Reconcile",
@@ -76,6 +89,14 @@ EVENT_TO_RECONCILE = Histogram(
 )
 
 
+STALE_RECHECK_S = 2.0
+"""A key skipped because the cache is behind the controller's own write is looked at
+again this soon at the latest."""
+STALE_TIMEOUT_S = 30.0
+"""After this long, a key whose cache still shows a version the controller wrote over
+is reconciled anyway (a lost watch event must not wedge it)."""
+
+
 class Outcome(StrEnum):
     SUCCESS = "success"
     ERROR = "error"
@@ -100,6 +121,28 @@ class Source(Protocol):
     def add_handler(self, handler: EventHandler) -> None: ...
 
     async def synced(self) -> None: ...
+
+
+@runtime_checkable
+class Cache(Protocol):
+    """The cache of the reconciled kind (an `informer.Informer`)."""
+
+    def get_by_key(self, key: ObjectKey) -> JsonObj | None: ...
+
+
+@dataclass(slots=True)
+class _Stale:
+    """The versions of a key the controller's own writes made stale, until when."""
+
+    versions: frozenset[str]
+    until: float
+
+
+def _version(obj: JsonObj | None) -> str | None:
+    if obj is None:
+        return None
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) and version else None
 
 
 def own_key(obj: JsonObj) -> Iterable[ObjectKey]:
@@ -128,6 +171,9 @@ class Controller:
         workers: int = 1,
         rate_limiter: RateLimiter[ObjectKey] | None = None,
         clock: Clock | None = None,
+        cache: Cache | None = None,
+        stale_recheck: float = STALE_RECHECK_S,
+        stale_timeout: float = STALE_TIMEOUT_S,
     ) -> None:
         if workers < 1:
             raise ValueError("a controller needs at least one worker")
@@ -140,6 +186,12 @@ class Controller:
         self._watches = tuple(watches)
         self._workers = workers
         self._pending_since: dict[ObjectKey, float] = {}
+        self._cache = cache if cache is not None else _own_cache(watches)
+        self._stale_recheck = stale_recheck
+        self._stale_timeout = stale_timeout
+        self._stale: dict[ObjectKey, _Stale] = {}
+        self._writes: dict[ObjectKey, list[str]] = {}
+        """Per key in reconcile: the version it started from, then those it wrote."""
         self._stopping = asyncio.Event()
         self._started = asyncio.Event()
         self._total = {o: RECONCILE_TOTAL.labels(name, o.value) for o in Outcome}
@@ -153,6 +205,12 @@ class Controller:
     def enqueue(self, key: ObjectKey) -> None:
         """Reconcile `key` soon (for triggers that are not informer events)."""
         self.queue.add(key)
+
+    def wrote(self, key: ObjectKey, version: str) -> None:
+        """The reconcile of `key` wrote its object; the server stored `version`
+        (read-your-writes, see the module doc). Outside that reconcile: ignored."""
+        if version and key in self._writes:
+            self._writes[key].append(version)
 
     def _enqueue_from_event(self, keys: Iterable[ObjectKey]) -> None:
         now = self._clock()
@@ -235,6 +293,13 @@ class Controller:
         since = self._pending_since.pop(key, None)
         if since is not None:
             self._latency.observe(max(started - since, 0.0))
+        if self._cache_behind(key):
+            self.queue.forget(key)
+            self.queue.add_after(key, self._stale_recheck)
+            self._total[Outcome.REQUEUE_AFTER].inc()
+            return
+        cached = _version(self._cache.get_by_key(key)) if self._cache is not None else None
+        self._writes[key] = [cached or ""]
         try:
             result = await aio.time(self._duration, self._reconcile(key))
         except Exception as exc:
@@ -259,3 +324,44 @@ class Controller:
             else:
                 self.queue.forget(key)
                 self._total[Outcome.SUCCESS].inc()
+        finally:
+            self._remember_writes(key)
+
+    def _cache_behind(self, key: ObjectKey) -> bool:
+        """The cache still shows a version of `key` this controller wrote over."""
+        stale = self._stale.get(key)
+        if stale is None or self._cache is None:
+            return False
+        version = _version(self._cache.get_by_key(key))
+        if version is None or version not in stale.versions:
+            del self._stale[key]  # newer (or gone): reconcile from it
+            return False
+        if self._clock() >= stale.until:
+            del self._stale[key]
+            log.warning(
+                "%s: the cache still shows %s at resourceVersion %s, which this controller "
+                "wrote over %.0fs ago (a lost watch event?); reconciling from it",
+                self.name,
+                key,
+                version,
+                self._stale_timeout,
+            )
+            return False
+        return True
+
+    def _remember_writes(self, key: ObjectKey) -> None:
+        started, *written = self._writes.pop(key, [""])
+        if not written:
+            return
+        latest = written[-1]
+        versions = frozenset(v for v in (started, *written[:-1]) if v and v != latest)
+        if versions:
+            self._stale[key] = _Stale(versions, until=self._clock() + self._stale_timeout)
+
+
+def _own_cache(watches: Sequence[Watch]) -> Cache | None:
+    """The cache of the reconciled kind: the source of the first `own_key` watch."""
+    for watch in watches:
+        if watch.map is own_key and isinstance(watch.source, Cache):
+            return watch.source
+    return None

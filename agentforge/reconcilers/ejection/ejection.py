@@ -48,7 +48,7 @@ from agentforge.reconcilers.ejection import ejection_gate as gate
 from agentforge.reconcilers.ejection import ejection_run as run
 from agentforge.reconcilers.ejection import ejection_status as status
 from agentforge.reconcilers.ejection.ejection_crashpoints import CrashPoint, reached
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["Ejection"]
@@ -63,22 +63,27 @@ _VM_UP: Final = (VsphereAgentReason.VM_READY, VsphereAgentReason.VM_ADOPTED)
 class Ejection:
     """The ejection step of the `vm` controller (also its `vm_delete.EjectionHook`)."""
 
-    async def reconcile(self, *, ctx: VmContext) -> Result | None:
+    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
         """Resume a recorded ejection, or start one when the gate allows; never raises
         for a VsphereAgent that vanished meanwhile."""
-        pool = ctx.pool
-        if pool is None or ctx.agent.metadata.deleting:
+        pool = inputs.pool
+        if pool is None or inputs.agent.metadata.deleting:
             return None
         try:
-            record = ctx.agent.status.iso_ejection
+            record = inputs.agent.status.iso_ejection
             if record is not None:
-                return (await _resume(ctx, pool, record, finalizing=False)).result
-            return await _maybe_start(ctx, pool)
+                return (await _resume(inputs, writer, pool, record, finalizing=False)).result
+            return await _maybe_start(inputs, writer, pool)
         except kerrors.NotFound:
             return None
 
     async def finish_before_delete(
-        self, *, agent: VsphereAgent, pool: VsphereAgentPool | None, ctx: VmContext
+        self,
+        *,
+        agent: VsphereAgent,
+        pool: VsphereAgentPool | None,
+        inputs: VmInputs,
+        writer: StatusWriter,
     ) -> bool:
         """True once no ejection is recorded (finished, or moot); False to wait."""
         record = agent.status.iso_ejection
@@ -86,7 +91,7 @@ class Ejection:
             return True
         if pool is None:
             await status.emit(
-                ctx,
+                inputs,
                 EventType.WARNING,
                 E.ABANDONED,
                 f"VsphereAgentPool {agent.metadata.namespace}/{agent.spec.pool_ref.name} is gone, "
@@ -96,34 +101,45 @@ class Ejection:
             )
             return True
         try:
-            return (await _resume(ctx, pool, record, finalizing=True)).done
+            return (await _resume(inputs, writer, pool, record, finalizing=True)).done
         except kerrors.NotFound:
             return True
 
 
 async def _resume(
-    ctx: VmContext, pool: VsphereAgentPool, record: ISOEjectionRecord, *, finalizing: bool
+    inputs: VmInputs,
+    writer: StatusWriter,
+    pool: VsphereAgentPool,
+    record: ISOEjectionRecord,
+    *,
+    finalizing: bool,
 ) -> run.Finished:
     """The recorded operation only: read the VM by the recorded UUID, then carry on."""
     try:
-        service = await ctx.service()
-        if record.task_ref and ctx.awaiting(service, record.task_ref):
+        service = await inputs.vcenter.service()
+        if record.task_ref and inputs.vcenter.awaiting(service, record.task_ref):
             # (a pass woken by our own write while the reconfigure runs: nothing to ask)
-            return run.Finished(False, ctx.wait_task(service, record.task_ref))
+            return run.Finished(False, inputs.vcenter.wait_task(service, record.task_ref))
         vm = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
     except (CredentialsError, vsphere.VsphereError) as exc:
         await status.failed(
-            ctx, record, f"reading VM {record.vm_name} failed: {exc}", result=_result_of(exc)
+            inputs,
+            writer,
+            record,
+            f"reading VM {record.vm_name} failed: {exc}",
+            result=_result_of(exc),
         )
         return run.Finished(False, Result(requeue=True))
     return await run.carry_out(
-        ctx, service=service, pool=pool, record=record, vm=vm, finalizing=finalizing
+        inputs, writer, service=service, pool=pool, record=record, vm=vm, finalizing=finalizing
     )
 
 
-async def _maybe_start(ctx: VmContext, pool: VsphereAgentPool) -> Result | None:
-    agent = _agent(ctx)
-    recorded = ctx.agent.status.vm
+async def _maybe_start(
+    inputs: VmInputs, writer: StatusWriter, pool: VsphereAgentPool
+) -> Result | None:
+    agent = _agent(inputs)
+    recorded = inputs.agent.status.vm
     if recorded is not None and recorded.phase and known(VMPhase, recorded.phase) is None:
         # Another version's phase (it may mean Released): start nothing. The pool
         # controller recomputes the phase, and its write wakes this VsphereAgent again.
@@ -131,49 +147,57 @@ async def _maybe_start(ctx: VmContext, pool: VsphereAgentPool) -> Result | None:
     decision = gate.gate(
         enabled=pool.spec.iso.eject_after_install,
         pool=f"{pool.metadata.namespace}/{pool.metadata.name}",
-        current=status.current_reason(ctx),
+        current=status.current_reason(inputs),
         vm_name=recorded.name if recorded else None,
         vm_ready=bool(recorded and recorded.bios_uuid)
-        and any(ctx.shows_ready(ok=True, reason=r) for r in _VM_UP),
+        and any(inputs.shows_ready(ok=True, reason=r) for r in _VM_UP),
         released=bool(recorded and recorded.phase is VMPhase.RELEASED),
-        machine_deleting=_machine_deleting(ctx, pool),
+        machine_deleting=_machine_deleting(inputs, pool),
         agent=agent,
-        unmatched=_unmatched(ctx, pool) if agent is None else None,
+        unmatched=_unmatched(inputs, pool) if agent is None else None,
     )
     if isinstance(decision, gate.Hold):
-        if decision.reason is not None and not status.shows(ctx, decision.reason, decision.message):
+        if decision.reason is not None and not status.shows(
+            inputs, decision.reason, decision.message
+        ):
             # with what the pass has pending (a new VM's Ready and identity): one write
-            await ctx.write(
+            await writer.write(
                 status.condition_edit(
-                    ctx, expect=None, reason=decision.reason, message=decision.message
+                    inputs, expect=None, reason=decision.reason, message=decision.message
                 )
             )
         return None
     assert agent is not None
     assert recorded is not None
     assert recorded.bios_uuid
-    return await _start(ctx, pool, agent, bios_uuid=recorded.bios_uuid)
+    return await _start(inputs, writer, pool, agent, bios_uuid=recorded.bios_uuid)
 
 
 async def _start(
-    ctx: VmContext, pool: VsphereAgentPool, agent: views.Agent, *, bios_uuid: str
+    inputs: VmInputs,
+    writer: StatusWriter,
+    pool: VsphereAgentPool,
+    agent: views.Agent,
+    *,
+    bios_uuid: str,
 ) -> Result | None:
     datacenter = pool.spec.vsphere.datacenter
     try:
-        service = await ctx.service()
+        service = await inputs.vcenter.service()
         vm = await service.vm_by_uuid(datacenter=datacenter, bios_uuid=bios_uuid)
     except (CredentialsError, vsphere.VsphereError) as exc:
         await status.failed(
-            ctx,
+            inputs,
+            writer,
             None,
             f"reading VM with BIOS UUID {bios_uuid} failed: {exc}",
             result=_result_of(exc),
         )
         return Result(requeue=True)
-    expected = pool_specs.markers(pool, vsphere_agent=ctx.agent.metadata.name)
+    expected = pool_specs.markers(pool, vsphere_agent=inputs.agent.metadata.name)
     plan = gate.plan_start(
         vm=vm,
-        vm_name=(ctx.agent.status.vm.name if ctx.agent.status.vm else None) or "",
+        vm_name=(inputs.agent.status.vm.name if inputs.agent.status.vm else None) or "",
         bios_uuid=bios_uuid,
         datacenter=datacenter,
         expected=expected,
@@ -183,16 +207,18 @@ async def _start(
     )
     if plan.cdrom is None or vm is None:
         if plan.reason in (R.EJECTED, R.NO_OWNED_MEDIA):  # nothing to eject: say what is there
-            if not status.shows(ctx, plan.reason, plan.message):
-                await status.write(ctx, expect=None, reason=plan.reason, message=plan.message)
+            if not status.shows(inputs, plan.reason, plan.message):
+                await status.write(
+                    inputs, writer, expect=None, reason=plan.reason, message=plan.message
+                )
             return None
-        await status.failed(ctx, None, plan.message)
+        await status.failed(inputs, writer, None, plan.message)
         return Result(requeue=True)
     record = ISOEjectionRecord(
         vm_name=vm.name,
         bios_uuid=bios_uuid,
         instance_uuid=vm.instance_uuid,
-        owner_uid=ctx.agent.metadata.uid,
+        owner_uid=inputs.agent.metadata.uid,
         ownership=Ownership(
             pool_namespace=expected.pool_namespace,
             pool_name=expected.pool_name,
@@ -203,18 +229,20 @@ async def _start(
         datacenter=datacenter,
         device_key=plan.cdrom.key,
         iso_path=plan.cdrom.backing_file or "",
-        started_at=ctx.now,
+        started_at=inputs.now,
     )
     # The record alone first: were the condition written with it, an old CRD (which
     # keeps conditions but prunes the record) would flip the condition on every retry.
-    written = await status.write(ctx, expect=None, record=record)
+    written = await status.write(inputs, writer, expect=None, record=record)
     if not written.applied:
         return Result(requeue_after=run.STALE_SECONDS)
     if not status.same_record(written.stored, record):
-        await status.failed(ctx, written.stored, status.CRDS_OUTDATED, event=E.CRDS_OUTDATED)
+        await status.failed(
+            inputs, writer, written.stored, status.CRDS_OUTDATED, event=E.CRDS_OUTDATED
+        )
         return Result(requeue=True)
     await status.emit(
-        ctx,
+        inputs,
         EventType.NORMAL,
         E.STARTED,
         f"Agent {agent.metadata.name} reports Installed=True: ejecting {record.iso_path} from "
@@ -222,7 +250,7 @@ async def _start(
     )
     reached(CrashPoint.RECORDED)
     finished = await run.carry_out(
-        ctx, service=service, pool=pool, record=record, vm=vm, finalizing=False
+        inputs, writer, service=service, pool=pool, record=record, vm=vm, finalizing=False
     )
     return finished.result
 
@@ -231,14 +259,14 @@ def _result_of(exc: Exception) -> str:
     return vmetrics.result_of(exc) if isinstance(exc, vsphere.VsphereError) else "error"
 
 
-def _agent(ctx: VmContext) -> views.Agent | None:
+def _agent(inputs: VmInputs) -> views.Agent | None:
     """The Agent matched to the VM (`status.vm.agentRef`), from the cache."""
-    vm = ctx.agent.status.vm
+    vm = inputs.agent.status.vm
     ref = vm.agent_ref if vm else None
     if ref is None or not ref.name:
         return None
-    raw = ctx.deps.informer(kinds.AGENT).get(
-        namespace=ref.namespace or ctx.agent.metadata.namespace, name=ref.name
+    raw = inputs.deps.informer(kinds.AGENT).get(
+        namespace=ref.namespace or inputs.agent.metadata.namespace, name=ref.name
     )
     return views.Agent.model_validate(raw) if raw is not None else None
 
@@ -246,21 +274,21 @@ def _agent(ctx: VmContext) -> views.Agent | None:
 _ONCE_MATCHED: Final = frozenset({VMPhase.AVAILABLE, VMPhase.BOUND, VMPhase.RELEASED})
 
 
-def _unmatched(ctx: VmContext, pool: VsphereAgentPool) -> gate.Unmatched | None:
+def _unmatched(inputs: VmInputs, pool: VsphereAgentPool) -> gate.Unmatched | None:
     """What the gate says about a VM without an Agent: whether one was matched before
     and, only then (a rare state, so the InfraEnv's Agents are looked through), the
     Agents that still claim the VM by its selection label or its MAC."""
-    vm = ctx.agent.status.vm
+    vm = inputs.agent.status.vm
     if vm is None:
         return None
     once = bool(vm.agent_ref and vm.agent_ref.name) or vm.phase in _ONCE_MATCHED
     once = once or (vm.phase is VMPhase.ORPHANED and vm.reason == VMReason.AGENT_MISSING)
     if not once:
         return gate.Unmatched(once_matched=False)
-    selection = ctx.agent.metadata.labels.get(names.LABEL_AGENT_MACHINE)
+    selection = inputs.agent.metadata.labels.get(names.LABEL_AGENT_MACHINE)
     key = indexes.namespaced_key(pool.metadata.namespace, pool.spec.infra_env_ref.name)
     claimants = []
-    for raw in ctx.deps.informer(kinds.AGENT).by_index(indexes.AGENTS_BY_INFRA_ENV, key):
+    for raw in inputs.deps.informer(kinds.AGENT).by_index(indexes.AGENTS_BY_INFRA_ENV, key):
         agent = views.Agent.model_validate(raw)
         labelled = bool(selection) and agent.metadata.labels.get(names.LABEL_AGENT_MACHINE) == (
             selection
@@ -277,11 +305,11 @@ def _unmatched(ctx: VmContext, pool: VsphereAgentPool) -> gate.Unmatched | None:
     )
 
 
-def _machine_deleting(ctx: VmContext, pool: VsphereAgentPool) -> str | None:
+def _machine_deleting(inputs: VmInputs, pool: VsphereAgentPool) -> str | None:
     """The recorded Machine's name when it is deleting or already gone, else None."""
-    vm = ctx.agent.status.vm
+    vm = inputs.agent.status.vm
     ref = vm.machine_ref if vm else None
-    machines = ctx.deps.informers.get(kinds.MACHINE)
+    machines = inputs.deps.informers.get(kinds.MACHINE)
     if ref is None or not ref.name or machines is None:
         return None
     raw = machines.get(namespace=ref.namespace or pool.spec.control_plane_namespace, name=ref.name)

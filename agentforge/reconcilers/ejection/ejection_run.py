@@ -43,7 +43,7 @@ from agentforge.reconcilers.ejection import ejection_gate as gate
 from agentforge.reconcilers.ejection import ejection_status as status
 from agentforge.reconcilers.ejection.ejection_crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm import vm_stamp
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["Finished", "carry_out", "restarted"]
@@ -102,7 +102,8 @@ async def _bounded(call: Awaitable[T]) -> T:
 
 
 async def carry_out(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     *,
     service: vsphere.VsphereService,
     pool: VsphereAgentPool,
@@ -113,31 +114,38 @@ async def carry_out(
     """Advance the recorded ejection from the VM's facts `vm` (just read)."""
     op = _Op(record=record, vm=vm)
     try:
-        return await _run(ctx, service, pool, op, finalizing=finalizing)
+        return await _run(inputs, writer, service, pool, op, finalizing=finalizing)
     except status.Stale:
         return Finished(False, Result(requeue_after=STALE_SECONDS))
     except status.CrdsOutdated as exc:
-        await status.failed(ctx, exc.stored, status.CRDS_OUTDATED, event=E.CRDS_OUTDATED)
+        await status.failed(inputs, writer, exc.stored, status.CRDS_OUTDATED, event=E.CRDS_OUTDATED)
         return Finished(False, Result(requeue=True))
     except TimeoutError:
         message = (
             f"still waiting for the CD-ROM reconfigure of VM {op.record.vm_name} (or its "
             "question); looking again shortly"
         )
-        await status.write(ctx, expect=op.record, reason=R.EJECTION_IN_PROGRESS, message=message)
+        await status.write(
+            inputs, writer, expect=op.record, reason=R.EJECTION_IN_PROGRESS, message=message
+        )
         return Finished(False, Result(requeue_after=POLL_SECONDS))
     except (vsphere.OwnershipMismatch, vsphere.MediaMismatch, vsphere.QuestionRefused) as exc:
-        await status.failed(ctx, op.record, f"refused: {exc}", result=None)
+        await status.failed(inputs, writer, op.record, f"refused: {exc}", result=None)
         return Finished(False, Result(requeue=True))
     except vsphere.VsphereError as exc:
         await status.failed(  # the vSphere layer counted the eject or answer that failed
-            ctx, op.record, f"ejecting the ISO of VM {op.record.vm_name} failed: {exc}", result=None
+            inputs,
+            writer,
+            op.record,
+            f"ejecting the ISO of VM {op.record.vm_name} failed: {exc}",
+            result=None,
         )
         return Finished(False, Result(requeue=True))
 
 
 async def _run(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     service: vsphere.VsphereService,
     pool: VsphereAgentPool,
     op: _Op,
@@ -145,11 +153,11 @@ async def _run(
     finalizing: bool,
 ) -> Finished:
     markers = decide.record_markers(op.record) or pool_specs.markers(
-        pool, vsphere_agent=ctx.agent.metadata.name
+        pool, vsphere_agent=inputs.agent.metadata.name
     )
     seen = decide.Observation.of_vm(op.record, op.vm, expected=markers)
-    if await vm_stamp.just_stamped(ctx, service):  # (the stamp a previous pass started)
-        await _stamped(ctx, op.record, markers)
+    if await vm_stamp.just_stamped(inputs.vcenter, service):  # (the stamp a previous pass started)
+        await _stamped(inputs, op.record, markers)
     for _ in range(MAX_STEPS):
         record = op.record
         step = decide.next_step(
@@ -158,34 +166,41 @@ async def _run(
         if step.kind is S.DONE:
             if record.task_ref and not op.counted:  # a followed disconnect that ended
                 vmetrics.iso_op("eject", vsphere.EjectState.EJECTED.value)
-            return await _done(ctx, pool, record, op.vm, step.message, finalizing=finalizing)
+            return await _done(
+                inputs, writer, pool, record, op.vm, seen=step.message, finalizing=finalizing
+            )
         if step.kind is S.DROP:
             message = (
                 f"ejection abandoned because the VsphereAgent is being deleted: {step.message}"
             )
             await status.write(
-                ctx, expect=record, record=None, reason=R.EJECTION_FAILED, message=message
+                inputs,
+                writer,
+                expect=record,
+                record=None,
+                reason=R.EJECTION_FAILED,
+                message=message,
             )
-            await status.emit(ctx, EventType.WARNING, E.ABANDONED, message)
+            await status.emit(inputs, EventType.WARNING, E.ABANDONED, message)
             return Finished(True)
         if step.kind is S.REFUSE:
-            await status.failed(ctx, record, step.message)
+            await status.failed(inputs, writer, record, step.message)
             return Finished(False, Result(requeue=True))
         if step.kind is S.RESTART:
-            fresh = restarted(record, now=ctx.now)
+            fresh = restarted(record, now=inputs.now)
             await status.checkpoint(
-                ctx, record, fresh, reason=R.EJECTION_FAILED, message=step.message
+                inputs, writer, record, fresh, reason=R.EJECTION_FAILED, message=step.message
             )
-            await status.emit(ctx, EventType.WARNING, E.FAILED, step.message)
+            await status.emit(inputs, EventType.WARNING, E.FAILED, step.message)
             return Finished(False, Result(requeue=True))
         if step.kind is S.WAIT:
             await status.write(
-                ctx, expect=record, reason=R.EJECTION_IN_PROGRESS, message=step.message
+                inputs, writer, expect=record, reason=R.EJECTION_IN_PROGRESS, message=step.message
             )
             return Finished(False, Result(requeue_after=POLL_SECONDS))
         if step.kind is S.STAMP:
             stamped = await vm_stamp.ensure_stamped(
-                ctx,
+                inputs.vcenter,
                 service,
                 datacenter=record.datacenter,
                 bios_uuid=record.bios_uuid,
@@ -195,28 +210,30 @@ async def _run(
                 return Finished(False, stamped)
             op.vm = stamped
             seen = decide.Observation.of_vm(record, op.vm, expected=markers)
-            await _stamped(ctx, record, markers)
+            await _stamped(inputs, record, markers)
         elif step.kind is S.RECORD_QUESTION:
             assert step.question_id is not None
-            await _record_question(ctx, op, question_id=step.question_id, task=seen.task_id)
+            await _record_question(
+                inputs, writer, op, question_id=step.question_id, task=seen.task_id
+            )
         else:  # ISSUE, ANSWER, FOLLOW: each ends observing the reconfigure
             if step.kind is S.ISSUE:
-                observed = await _issue(ctx, service, op, markers)
+                observed = await _issue(inputs, writer, service, op, markers)
             else:
                 if step.kind is S.ANSWER:
-                    await _answer(ctx, service, op, markers)
-                observed = await _follow(ctx, service, op, markers)
+                    await _answer(inputs, writer, service, op, markers)
+                observed = await _follow(inputs, service, op, markers)
             if isinstance(observed, _Running):  # the pass ends; its end wakes the key
-                return Finished(False, ctx.wait_task(service, observed.task))
+                return Finished(False, inputs.vcenter.wait_task(service, observed.task))
             seen = observed
     return Finished(False, Result(requeue_after=POLL_SECONDS))
 
 
 async def _stamped(
-    ctx: VmContext, record: ISOEjectionRecord, markers: vsphere.OwnershipMarkers
+    inputs: VmInputs, record: ISOEjectionRecord, markers: vsphere.OwnershipMarkers
 ) -> None:
     await status.emit(
-        ctx,
+        inputs,
         EventType.NORMAL,
         E.MARKERS_STAMPED,
         f"VM {record.vm_name} had no ownership markers; its BIOS UUID and name are the "
@@ -232,16 +249,21 @@ class _Running:
 
 
 async def _issue(
-    ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
+    inputs: VmInputs,
+    writer: StatusWriter,
+    service: vsphere.VsphereService,
+    op: _Op,
+    markers: vsphere.OwnershipMarkers,
 ) -> decide.Observation | _Running:
     """Claim a task slot, checkpoint DisconnectIssued (a confirming read when already
     there), then send it; a reconfigure that runs on gets its moref checkpointed."""
     record = op.record
     first = record.phase is P.RECORDED
-    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    slot = inputs.vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
     try:
         op.record = record = await status.checkpoint(
-            ctx,
+            inputs,
+            writer,
             record,
             record.advanced(P.DISCONNECT_ISSUED) if first else record,
             reason=R.EJECTION_IN_PROGRESS,
@@ -268,7 +290,8 @@ async def _issue(
     op.counted = outcome.state is vsphere.EjectState.EJECTED
     if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
         op.record = await status.checkpoint(
-            ctx,
+            inputs,
+            writer,
             record,
             record.advanced(P.DISCONNECT_ISSUED, task_ref=outcome.task_id),
             reason=R.EJECTION_IN_PROGRESS,
@@ -279,11 +302,14 @@ async def _issue(
     return decide.Observation.of_outcome(record, outcome)
 
 
-async def _record_question(ctx: VmContext, op: _Op, *, question_id: str, task: str | None) -> None:
+async def _record_question(
+    inputs: VmInputs, writer: StatusWriter, op: _Op, *, question_id: str, task: str | None
+) -> None:
     """Checkpoint the lock question's id (and the task it holds) before anything answers."""
     record = op.record
     op.record = await status.checkpoint(
-        ctx,
+        inputs,
+        writer,
         record,
         record.advanced(P.QUESTION_RECORDED, question_id=question_id, task_ref=task),
         reason=R.EJECTION_IN_PROGRESS,
@@ -291,7 +317,7 @@ async def _record_question(ctx: VmContext, op: _Op, *, question_id: str, task: s
         f"question {question_id}",
     )
     await status.emit(
-        ctx,
+        inputs,
         EventType.NORMAL,
         E.QUESTION_RECORDED,
         f"VM {record.vm_name} asks {question_id} (CD-ROM door locked by the guest); recorded "
@@ -301,12 +327,16 @@ async def _record_question(ctx: VmContext, op: _Op, *, question_id: str, task: s
 
 
 async def _answer(
-    ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
+    inputs: VmInputs,
+    writer: StatusWriter,
+    service: vsphere.VsphereService,
+    op: _Op,
+    markers: vsphere.OwnershipMarkers,
 ) -> None:
     """Answer the recorded question Yes (the record confirmed first), then checkpoint it."""
     record = op.record
     assert record.question_id is not None
-    await status.checkpoint(ctx, record, record)
+    await status.checkpoint(inputs, writer, record, record)
     await service.answer_cdrom_lock_question(
         datacenter=record.datacenter,
         vm_uuid=record.bios_uuid,
@@ -315,7 +345,8 @@ async def _answer(
     )
     reached(CrashPoint.ANSWERED)
     op.record = await status.checkpoint(
-        ctx,
+        inputs,
+        writer,
         record,
         record.advanced(P.ANSWERED),
         reason=R.EJECTION_IN_PROGRESS,
@@ -323,7 +354,7 @@ async def _answer(
         f"{record.vm_name}; waiting for the disconnect to finish",
     )
     await status.emit(
-        ctx,
+        inputs,
         EventType.NORMAL,
         E.QUESTION_ANSWERED,
         f"answered Yes to the CD-ROM lock question {record.question_id} of VM "
@@ -332,13 +363,13 @@ async def _answer(
 
 
 async def _follow(
-    ctx: VmContext, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
+    inputs: VmInputs, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
 ) -> decide.Observation | _Running:
     """Observe a reconfigure running on the VM: its question, or (running on) follow
     it. One that is not provably ours (its task is not the recorded one) ending is
     checked against fresh facts, never trusted."""
     record = op.record
-    if ctx.waits is None:  # outside a controller: wait, as scripts do
+    if inputs.vcenter.waits is None:  # outside a controller: wait, as scripts do
         outcome = await _bounded(
             service.resume_eject(
                 datacenter=record.datacenter,
@@ -365,12 +396,13 @@ async def _follow(
 
 
 async def _done(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     pool: VsphereAgentPool,
     record: ISOEjectionRecord,
     vm: vsphere.VmFacts | None,
-    seen: str,
     *,
+    seen: str,
     finalizing: bool,
 ) -> Finished:
     reached(CrashPoint.EJECTED)
@@ -391,8 +423,10 @@ async def _done(
     if more:
         reason, result = R.EJECTION_IN_PROGRESS, Result(requeue_after=STALE_SECONDS)
         message += f"; CD-ROM {more[0].key} holds a discovery ISO too and is ejected next"
-    written = await status.write(ctx, expect=record, record=None, reason=reason, message=message)
+    written = await status.write(
+        inputs, writer, expect=record, record=None, reason=reason, message=message
+    )
     if not written.applied:
         raise status.Stale
-    await status.emit(ctx, EventType.NORMAL, E.EJECTED, message)
+    await status.emit(inputs, EventType.NORMAL, E.EJECTED, message)
     return Finished(True, result)

@@ -5,7 +5,7 @@ only `status.isoEjection` and the `ISOEjected` condition, and only when the reco
 stored at that moment is exactly the one the caller decided from (`expect`). A
 caller working from a stale cache therefore writes nothing and looks again, so two
 reconciles can never both advance an operation. `condition_edit` is the condition
-alone, with the same compare, as an edit for `VmContext.write`: the gate's first
+alone, with the same compare, as an edit for `StatusWriter.write`: the gate's first
 condition rides along with what the pass has pending (one status write per pass).
 
 The object the PUT returns is the object as persisted (after the API server pruned
@@ -31,7 +31,7 @@ from agentforge.api import conditions, kinds, wire
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionType
 from agentforge.api.vsphereagent import ISOEjectionRecord
 from agentforge.kube.events import EventType
-from agentforge.reconcilers.vm.vm_context import Edit, VmContext
+from agentforge.reconcilers.vm.vm_context import Edit, StatusWriter, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = [
@@ -116,9 +116,9 @@ def same_record(a: ISOEjectionRecord | None, b: ISOEjectionRecord | None) -> boo
     return wire.to_wire(a) == wire.to_wire(b)
 
 
-def current_reason(ctx: VmContext) -> ISOEjectedReason | None:
+def current_reason(inputs: VmInputs) -> ISOEjectedReason | None:
     """The cached ISOEjected reason (None: no condition, or one we do not know)."""
-    for condition in ctx.agent.status.conditions:
+    for condition in inputs.agent.status.conditions:
         if condition.type == VsphereAgentConditionType.ISO_EJECTED:
             try:
                 return ISOEjectedReason(condition.reason)
@@ -127,16 +127,17 @@ def current_reason(ctx: VmContext) -> ISOEjectedReason | None:
     return None
 
 
-def shows(ctx: VmContext, reason: ISOEjectedReason, message: str) -> bool:
+def shows(inputs: VmInputs, reason: ISOEjectedReason, message: str) -> bool:
     """The cache already shows exactly this condition (so writing it would change nothing)."""
-    for condition in ctx.agent.status.conditions:
+    for condition in inputs.agent.status.conditions:
         if condition.type == VsphereAgentConditionType.ISO_EJECTED:
             return condition.reason == reason and condition.message == message
     return False
 
 
 async def write(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     *,
     expect: ISOEjectionRecord | None,
     record: ISOEjectionRecord | _Keep | None = KEEP,
@@ -144,9 +145,9 @@ async def write(
     message: str = "",
 ) -> Written:
     """Set the record and/or the condition, only if the stored record equals `expect`."""
-    uid = ctx.agent.metadata.uid
-    generation = ctx.agent.metadata.generation
-    now = ctx.now
+    uid = inputs.agent.metadata.uid
+    generation = inputs.agent.metadata.generation
+    now = inputs.now
     applied = False
 
     def mutate(obj: JsonObj) -> JsonObj | None:
@@ -166,24 +167,24 @@ async def write(
             _set_condition(status, reason, message, now=now, generation=generation)
         return obj if status != before else None
 
-    stored = await ctx.deps.client.update_status(
+    stored = await inputs.deps.client.update_status(
         kinds.VSPHERE_AGENT,
-        namespace=ctx.agent.metadata.namespace,
-        name=ctx.agent.metadata.name,
+        namespace=inputs.agent.metadata.namespace,
+        name=inputs.agent.metadata.name,
         mutate=mutate,
     )
-    ctx.saw(stored)
+    writer.saw(stored)
     return Written(applied=applied, stored=parse((stored.get("status") or {}).get("isoEjection")))
 
 
 def condition_edit(
-    ctx: VmContext, *, expect: ISOEjectionRecord | None, reason: ISOEjectedReason, message: str
+    inputs: VmInputs, *, expect: ISOEjectionRecord | None, reason: ISOEjectedReason, message: str
 ) -> Edit:
-    """`ISOEjected` as a `VmContext` edit, set only while the stored record is `expect`:
-    `ctx.write(condition_edit(...))` carries the pass's pending edits (the Ready
+    """`ISOEjected` as a `StatusWriter` edit, set only while the stored record is `expect`:
+    `writer.write(condition_edit(...))` carries the pass's pending edits (the Ready
     condition, a new VM's identity) in the same request."""
-    generation = ctx.agent.metadata.generation
-    now = ctx.now
+    generation = inputs.agent.metadata.generation
+    now = inputs.now
 
     def edit(obj: JsonObj) -> None:
         status = obj["status"]
@@ -209,12 +210,13 @@ def _set_condition(
     )
 
 
-async def emit(ctx: VmContext, type_: EventType, reason: EjectionEvent, message: str) -> None:
-    await ctx.deps.events.record(ctx.raw, type=type_, reason=reason, message=message)
+async def emit(inputs: VmInputs, type_: EventType, reason: EjectionEvent, message: str) -> None:
+    await inputs.deps.events.record(inputs.raw, type=type_, reason=reason, message=message)
 
 
 async def checkpoint(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     record: ISOEjectionRecord,
     new: ISOEjectionRecord,
     *,
@@ -222,7 +224,7 @@ async def checkpoint(
     message: str = "",
 ) -> ISOEjectionRecord:
     """Write `new` over `record` and read it back; raises `Stale` or `CrdsOutdated`."""
-    written = await write(ctx, expect=record, record=new, reason=reason, message=message)
+    written = await write(inputs, writer, expect=record, record=new, reason=reason, message=message)
     if not written.applied:
         raise Stale
     if not same_record(written.stored, new):
@@ -231,7 +233,8 @@ async def checkpoint(
 
 
 async def failed(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     record: ISOEjectionRecord | None,
     message: str,
     *,
@@ -248,10 +251,10 @@ async def failed(
     if result is not None:
         vmetrics.iso_op("eject", result)
     message = f"{message}; retried with backoff"
-    if shows(ctx, ISOEjectedReason.EJECTION_FAILED, message):
+    if shows(inputs, ISOEjectedReason.EJECTION_FAILED, message):
         return
     written = await write(
-        ctx, expect=record, reason=ISOEjectedReason.EJECTION_FAILED, message=message
+        inputs, writer, expect=record, reason=ISOEjectedReason.EJECTION_FAILED, message=message
     )
     if written.applied:
-        await emit(ctx, EventType.WARNING, event, message)
+        await emit(inputs, EventType.WARNING, event, message)

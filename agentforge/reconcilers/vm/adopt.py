@@ -27,25 +27,27 @@ from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.common.deps import CredentialsError
 from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.reconcilers.vm import vm_decide, vm_stamp
-from agentforge.reconcilers.vm.vm_context import VmContext, identity_edit
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs, identity_edit
 
 __all__ = ["ensure_adopted", "is_adopted"]
 
 R = VsphereAgentReason
 
 
-def is_adopted(ctx: VmContext) -> bool:
-    return ctx.agent.metadata.labels.get(names.LABEL_CREATED_FOR) == names.CreatedFor.ADOPTED.value
+def is_adopted(inputs: VmInputs) -> bool:
+    return (
+        inputs.agent.metadata.labels.get(names.LABEL_CREATED_FOR) == names.CreatedFor.ADOPTED.value
+    )
 
 
-async def ensure_adopted(ctx: VmContext) -> Result | None:
-    agent, pool = ctx.agent, ctx.pool
+async def ensure_adopted(inputs: VmInputs, writer: StatusWriter) -> Result | None:
+    agent, pool = inputs.agent, inputs.pool
     assert pool is not None
     recorded = agent.status.vm
     if (
         recorded is not None
         and recorded.bios_uuid
-        and ctx.shows_ready(ok=True, reason=R.VM_ADOPTED)
+        and inputs.shows_ready(ok=True, reason=R.VM_ADOPTED)
     ):
         return None  # adopted earlier: steady state costs nothing
     annotations = agent.metadata.annotations
@@ -54,8 +56,8 @@ async def ensure_adopted(ctx: VmContext) -> Result | None:
     )
     if not name:
         return await _unavailable(
-            ctx,
-            f"set annotation {names.ANNOTATION_VM_NAME} on {ctx.where} to the name of the VM "
+            writer,
+            f"set annotation {names.ANNOTATION_VM_NAME} on {inputs.where} to the name of the VM "
             "to adopt",
             retry=False,
         )
@@ -64,26 +66,26 @@ async def ensure_adopted(ctx: VmContext) -> Result | None:
     expected = pool_specs.markers(pool, vsphere_agent=agent.metadata.name)
     datacenter = pool.spec.vsphere.datacenter
     try:
-        service = await ctx.service()
+        service = await inputs.vcenter.service()
         if bios_uuid:
             vm = await service.vm_by_uuid(datacenter=datacenter, bios_uuid=bios_uuid)
         else:
             vm = await service.vm_by_name(placement=pool_specs.placement(pool), name=name)
         decision = vm_decide.adoption(vm, name=name, bios_uuid=bios_uuid, expected=expected)
         if decision.step is vm_decide.AdoptStep.UNAVAILABLE:
-            return await _unavailable(ctx, decision.message, retry=True)
+            return await _unavailable(writer, decision.message, retry=True)
         if decision.step is vm_decide.AdoptStep.MISMATCH:
             message = f"cannot adopt: {decision.message}"
-            await ctx.ready(ok=False, reason=R.VM_OWNERSHIP_MISMATCH, message=message)
-            await ctx.event(EventType.WARNING, VmEvent.VM_OWNERSHIP_MISMATCH, message)
+            await writer.ready(ok=False, reason=R.VM_OWNERSHIP_MISMATCH, message=message)
+            await writer.event(EventType.WARNING, VmEvent.VM_OWNERSHIP_MISMATCH, message)
             return Result(requeue=True)
         assert vm is not None
         assert vm.bios_uuid is not None
         if not (recorded and recorded.bios_uuid):
             # Step 1: record name + UUID before anything is written to the VM.
-            await ctx.write(
+            await writer.write(
                 identity_edit(name=vm.name, vm=vm),
-                ctx.ready_edit(
+                writer.ready_edit(
                     ok=False,
                     reason=R.VM_CREATE_PENDING,
                     message=f"adopting VM {vm.name} (BIOS UUID {vm.bios_uuid})",
@@ -91,23 +93,27 @@ async def ensure_adopted(ctx: VmContext) -> Result | None:
             )
         if decision.step is vm_decide.AdoptStep.STAMP:
             stamped = await vm_stamp.ensure_stamped(
-                ctx, service, datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
+                inputs.vcenter,
+                service,
+                datacenter=datacenter,
+                bios_uuid=vm.bios_uuid,
+                markers=expected,
             )
             if isinstance(stamped, Result):
                 return stamped  # the stamp runs; its end wakes this VsphereAgent
             vm = stamped
     except (vsphere.VsphereError, CredentialsError) as exc:
-        return await _unavailable(ctx, f"adopting VM {name} failed: {exc}", retry=True)
+        return await _unavailable(writer, f"adopting VM {name} failed: {exc}", retry=True)
     message = f"VM {vm.name} (BIOS UUID {vm.bios_uuid}, MAC {vm.primary_mac}) adopted"
-    await ctx.write(
+    await writer.write(
         identity_edit(name=vm.name, vm=vm),
-        ctx.ready_edit(ok=True, reason=R.VM_ADOPTED, message=message),
+        writer.ready_edit(ok=True, reason=R.VM_ADOPTED, message=message),
     )
-    await ctx.event(EventType.NORMAL, VmEvent.VM_ADOPTED, message)
+    await writer.event(EventType.NORMAL, VmEvent.VM_ADOPTED, message)
     return None
 
 
-async def _unavailable(ctx: VmContext, message: str, *, retry: bool) -> Result | None:
-    await ctx.ready(ok=False, reason=R.ADOPTED_VM_UNAVAILABLE, message=message)
-    await ctx.event(EventType.WARNING, VmEvent.ADOPTED_VM_UNAVAILABLE, message)
+async def _unavailable(writer: StatusWriter, message: str, *, retry: bool) -> Result | None:
+    await writer.ready(ok=False, reason=R.ADOPTED_VM_UNAVAILABLE, message=message)
+    await writer.event(EventType.WARNING, VmEvent.ADOPTED_VM_UNAVAILABLE, message)
     return Result(requeue=True) if retry else None

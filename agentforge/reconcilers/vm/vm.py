@@ -26,16 +26,19 @@ generation, UID, deletion or cached ISO path changed); Agents (-> the VsphereAge
 is theirs: a bound Agent holds a deletion, and the ejection feature reacts to
 installation).
 
-Status writes: one per pass where the steps allow it (`vm_context`: conditions and
-a new VM's identity ride along with the pass's next write, or go at its end). Read
-your writes: a pass never decides from a cached version its predecessor wrote over
-(it waits for the watch to deliver the newer one), so finished work is not redone.
+Status writes: one per pass where the steps allow it (`vm_context.StatusWriter`:
+conditions and a new VM's identity ride along with the pass's next write, or go at its
+end). Read your writes: the writer reports every version it stored to the controller
+(`kube.controller`), which never reconciles a key from a cached version its own write
+superseded (it waits for the watch to deliver the newer one), so finished work is not
+redone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from agentforge import vsphere
@@ -49,7 +52,7 @@ from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.vm import adopt, vm_create, vm_delete
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 from agentforge.reconcilers.waits.login_waits import LoginWaits
 from agentforge.reconcilers.waits.task_waits import TaskWaits
 
@@ -58,16 +61,13 @@ __all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "vm"
-CACHE_BEHIND_RECHECK_S: Final = 2.0
-"""A pass skipped because the cache is behind our own write looks again this soon at
-the latest (the watch event of that write normally comes first)."""
 JsonObj = dict[str, Any]
 
 
 class EjectionStep(vm_delete.EjectionHook, Protocol):
     """The ISO ejection feature as the vm controller runs it, after creation/adoption."""
 
-    async def reconcile(self, *, ctx: VmContext) -> Result | None:
+    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
         """Resume a recorded ejection or start a new one; the requeue it needs."""
         ...
 
@@ -88,31 +88,22 @@ class VmReconciler:
         self._agents = deps.informer(kinds.VSPHERE_AGENT)
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._ejection = ejection
-        self._behind: dict[ObjectKey, frozenset[str]] = {}
-        """Per key, the resourceVersions its last pass wrote over (read-your-writes)."""
+        self._wrote: Callable[[ObjectKey, str], None] | None = None
         self.waits = LoginWaits(deps.vsphere)
         self.tasks = TaskWaits(deps.vsphere, controller=CONTROLLER_NAME)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         raw = self._agents.get_by_key(key)
         if raw is None:
-            self._behind.pop(key, None)
             self.tasks.forget(key)  # nothing to wait for any more: give its turn away
             return None
-        version = (raw.get("metadata") or {}).get("resourceVersion")
-        if version in self._behind.get(key, ()):
-            # The cache still holds a version this controller has written over: deciding
-            # from it would redo finished work (look a created VM up again, repeat its
-            # event). The watch brings the newer one and enqueues the key again.
-            return Result(requeue_after=CACHE_BEHIND_RECHECK_S)
-        self._behind.pop(key, None)
         agent = VsphereAgent.model_validate(raw)
         pool_raw = self._pools.get(
             namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name
         )
         pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw is not None else None
-        ctx = VmContext(
-            deps=self._deps,
+        inputs = VmInputs.of(
+            self._deps,
             raw=raw,
             agent=agent,
             pool=pool,
@@ -120,38 +111,46 @@ class VmReconciler:
             key=key,
             waits=self.tasks,
         )
+        wrote = self._wrote
+        writer = StatusWriter.of(
+            self._deps,
+            inputs,
+            wrote=None if wrote is None else (lambda version: wrote(key, version)),
+        )
         try:
-            result = await self._reconcile(ctx)
+            result = await self._reconcile(inputs, writer)
         except vsphere.LoginPending as pending:  # back when the login ends; no failure
             with contextlib.suppress(kerrors.KubeError):
-                await ctx.flush()
+                await writer.flush()
             result = self.waits.wait(pending, key)
         except vsphere.TaskSlotPending as pending:  # back in its pool's turn; no failure
             with contextlib.suppress(kerrors.KubeError):
-                await ctx.flush()
+                await writer.flush()
             result = self.tasks.wait_slot(key, pending)
         except Exception:
             # what the pass learnt (a condition, a VM's identity) is still recorded
             with contextlib.suppress(kerrors.KubeError):
-                await ctx.flush()
+                await writer.flush()
             raise
         else:
-            await ctx.flush()  # one status write per pass where the steps allow
-        finally:
-            if superseded := ctx.superseded():
-                self._behind[key] = superseded
+            await writer.flush()  # one status write per pass where the steps allow
         return result
 
-    async def _reconcile(self, ctx: VmContext) -> Result | None:
-        agent, pool = ctx.agent, ctx.pool
+    def bind(self, wrote: Callable[[ObjectKey, str], None]) -> None:
+        """Report the versions this reconciler's writes stored (the controller's
+        read-your-writes guard, `Controller.wrote`)."""
+        self._wrote = wrote
+
+    async def _reconcile(self, inputs: VmInputs, writer: StatusWriter) -> Result | None:
+        agent, pool = inputs.agent, inputs.pool
         if agent.metadata.deleting:
-            return await vm_delete.finalize(ctx, ejection=self._ejection)
+            return await vm_delete.finalize(inputs, writer, ejection=self._ejection)
         if names.FINALIZER_VSPHERE_AGENT not in agent.metadata.finalizers and not (
-            await self._add_finalizer(ctx)
+            await self._add_finalizer(agent, writer)
         ):
             return Result(requeue=True)
         if pool is None:
-            await ctx.ready(
+            await writer.ready(
                 ok=False,
                 reason=VsphereAgentReason.POOL_NOT_FOUND,
                 message=(
@@ -160,19 +159,20 @@ class VmReconciler:
                 ),
             )
             return None
-        if adopt.is_adopted(ctx):
-            result = await adopt.ensure_adopted(ctx)
+        if adopt.is_adopted(inputs):
+            result = await adopt.ensure_adopted(inputs, writer)
         else:
-            result = await vm_create.ensure_created(ctx)
-        if self._ejection is None or (ctx.in_flight and agent.status.iso_ejection is None):
+            result = await vm_create.ensure_created(inputs, writer)
+        if self._ejection is None or (
+            inputs.vcenter.in_flight and agent.status.iso_ejection is None
+        ):
             return result  # (its first condition rides with the creation's last write)
-        return _merged(result, await self._ejection.reconcile(ctx=ctx))
+        return _merged(result, await self._ejection.reconcile(inputs=inputs, writer=writer))
 
-    async def _add_finalizer(self, ctx: VmContext) -> bool:
+    async def _add_finalizer(self, agent: VsphereAgent, writer: StatusWriter) -> bool:
         """Merge patch guarded by the cached resourceVersion: a 409 (the pool controller
         wrote `status.vm` meanwhile: expected) retries quietly with backoff rather than
         overwrite a finalizer list someone changed meanwhile. False on a 409."""
-        agent = ctx.agent
         try:
             stored = await self._deps.client.patch_merge(
                 kinds.VSPHERE_AGENT,
@@ -192,7 +192,7 @@ class VmReconciler:
                 exc,
             )
             return False
-        ctx.saw(stored)
+        writer.saw(stored)
         return True
 
 
@@ -254,7 +254,9 @@ def controller(
         ],
         workers=deps.workers,
         rate_limiter=pool_specs.retry_limiter(base=retry_base),
+        cache=agents,
     )
     reconciler.waits.bind(built.enqueue)
     reconciler.tasks.bind(built.enqueue)
+    reconciler.bind(built.wrote)
     return built

@@ -1,4 +1,8 @@
-"""One `vm` reconcile's context, and the only way it writes a VsphereAgent's status.
+"""One `vm` reconcile's inputs, and the only way it writes a VsphereAgent's status.
+
+A pass gets `VmInputs` (immutable: the cached VsphereAgent, its pool, `now`, `Deps`,
+and `VcenterHandle`, the pass's way to vCenter) and a `StatusWriter`; each function
+takes only the ones it uses.
 
 The `pool` controller writes `status.vm.{phase,reason,agentRef,machineRef,
 lastTransitionTime}` of the same objects, so every write here is `update_status` with
@@ -9,11 +13,15 @@ biosUUID,macAddress,instanceUUID,moRef}`, `status.creation`, `status.deletion` a
 that finds the object replaced (another UID) writes nothing; one that changes nothing
 makes no request beyond the fresh GET.
 
-Tasks: `claim_slot` takes one of the vCenter's task slots for this VsphereAgent (in
-its pool's turn, `vsphere.TaskSlotPending` when none is free) and `wait_task` ends a
-pass that started (or found running) a vCenter task: the controller's `TaskWaits`
-reconciles the key again when the task ends. A context made outside a controller
+Tasks (`VcenterHandle`): `claim_slot` takes one of the vCenter's task slots for this
+VsphereAgent (in its pool's turn, `vsphere.TaskSlotPending` when none is free) and
+`wait_task` ends a pass that started (or found running) a vCenter task: the controller's `TaskWaits`
+reconciles the key again when the task ends. A handle made outside a controller
 (no `waits`: unit tests with a stand-in service) claims no slot.
+
+Read your writes: the writer reports the resourceVersion of every write to the
+controller (`kube.controller.Controller.wrote`), which does not reconcile the key
+again from a cached version those writes superseded.
 
 One write per reconcile pass where the order allows: edits that need no read-back
 (`ready(...)`, `defer(...)`: conditions, the recorded identity) are kept until the
@@ -37,8 +45,9 @@ from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
 from agentforge.kube import errors as kerrors
+from agentforge.kube.client import KubeClient
 from agentforge.kube.controller import Result
-from agentforge.kube.events import EventType
+from agentforge.kube.events import EventRecorder, EventType
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import VmEvent
@@ -63,25 +72,16 @@ _OURS = ("name", "biosUUID", "macAddress", "instanceUUID", "moRef")
 
 
 @dataclass(slots=True)
-class VmContext:
+class VcenterHandle:
+    """The pass's way to vCenter: the pool's service, its task slots and task waits."""
+
     deps: Deps
-    raw: JsonObj
-    agent: VsphereAgent
     pool: VsphereAgentPool | None
-    now: datetime
     key: ObjectKey | None = None
     waits: TaskWaits | None = field(default=None, repr=False)
     in_flight: bool = False
     """The VM's creation waits on vCenter (a task, a slot, a create in the folder)."""
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
-    _pending: list[Edit] = field(default_factory=list, repr=False)
-    _pending_ready: Edit | None = field(default=None, repr=False)
-    _seen: list[str] = field(default_factory=list, repr=False)
-    _latest: JsonObj | None = field(default=None, repr=False)
-
-    @property
-    def where(self) -> str:
-        return f"VsphereAgent {self.agent.metadata.namespace}/{self.agent.metadata.name}"
 
     async def service(self) -> vsphere.VsphereService:
         """The pool's vSphere service; raises `deps.CredentialsError`."""
@@ -122,24 +122,91 @@ class VmContext:
         self.in_flight = True
         return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
 
+
+@dataclass(frozen=True, slots=True)
+class VmInputs:
+    """What one pass decides from: the cached VsphereAgent (`raw` and parsed), its pool,
+    the pass's clock reading, the app's `Deps` (cache reads, Kubernetes writes other
+    than this status) and the pass's vCenter handle. Immutable."""
+
+    deps: Deps
+    raw: JsonObj
+    agent: VsphereAgent
+    pool: VsphereAgentPool | None
+    now: datetime
+    vcenter: VcenterHandle
+
+    @classmethod
+    def of(
+        cls,
+        deps: Deps,
+        *,
+        raw: JsonObj,
+        agent: VsphereAgent,
+        pool: VsphereAgentPool | None,
+        now: datetime,
+        key: ObjectKey | None = None,
+        waits: TaskWaits | None = None,
+    ) -> VmInputs:
+        vcenter = VcenterHandle(deps=deps, pool=pool, key=key, waits=waits)
+        return cls(deps=deps, raw=raw, agent=agent, pool=pool, now=now, vcenter=vcenter)
+
+    @property
+    def where(self) -> str:
+        return f"VsphereAgent {self.agent.metadata.namespace}/{self.agent.metadata.name}"
+
+    def shows_ready(self, *, ok: bool, reason: VsphereAgentReason) -> bool:
+        """The cached Ready condition has this status and reason (any message)."""
+        current = _cached_ready(self.agent)
+        return current is not None and current.is_true == ok and current.reason == reason
+
+
+def _cached_ready(agent: VsphereAgent) -> Any:
+    return next(
+        (c for c in agent.status.conditions if c.type == VsphereAgentConditionType.READY),
+        None,
+    )
+
+
+@dataclass(slots=True)
+class StatusWriter:
+    """The one thing that writes this VsphereAgent's status (and records its events);
+    every version a write stored is reported to `wrote` (the controller's
+    read-your-writes guard, `kube.controller`)."""
+
+    client: KubeClient
+    events: EventRecorder
+    raw: JsonObj
+    agent: VsphereAgent
+    now: datetime
+    wrote: Callable[[str], None] | None = field(default=None, repr=False)
+    _pending: list[Edit] = field(default_factory=list, repr=False)
+    _pending_ready: Edit | None = field(default=None, repr=False)
+    _latest: JsonObj | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(
+        cls, deps: Deps, inputs: VmInputs, *, wrote: Callable[[str], None] | None = None
+    ) -> StatusWriter:
+        return cls(
+            client=deps.client,
+            events=deps.events,
+            raw=inputs.raw,
+            agent=inputs.agent,
+            now=inputs.now,
+            wrote=wrote,
+        )
+
     async def event(self, type_: EventType, reason: VmEvent, message: str) -> None:
-        await self.deps.events.record(self.raw, type=type_, reason=reason, message=message)
+        await self.events.record(self.raw, type=type_, reason=reason, message=message)
 
     def saw(self, stored: JsonObj) -> None:
         """Note the VsphereAgent as the API server returned it (a write's result)."""
         version = (stored.get("metadata") or {}).get("resourceVersion")
         if isinstance(version, str) and version:
-            self._seen.append(version)
             self._latest = stored
-
-    def superseded(self) -> frozenset[str]:
-        """The resourceVersions this pass knows to be outdated: the cached one it
-        started from and the intermediate ones of its own writes (never the last)."""
-        if not self._seen:
-            return frozenset()
-        latest = self._seen[-1]
-        older = {self.agent.metadata.resource_version, *self._seen[:-1]}
-        return frozenset(v for v in older if v and v != latest)
+            if self.wrote is not None:
+                self.wrote(version)
 
     def defer(self, edit: Edit) -> None:
         """Apply `edit` with the next write of this pass, or at its end (`flush`)."""
@@ -175,7 +242,7 @@ class VmContext:
                 edit(obj)
             return obj if obj["status"] != before else None
 
-        stored = await self.deps.client.update_status(
+        stored = await self.client.update_status(
             kinds.VSPHERE_AGENT,
             namespace=self.agent.metadata.namespace,
             name=self.agent.metadata.name,
@@ -201,22 +268,16 @@ class VmContext:
 
         return edit
 
-    def shows_ready(self, *, ok: bool, reason: VsphereAgentReason) -> bool:
-        """The cached Ready condition has this status and reason (any message)."""
-        current = next(
-            (c for c in self.agent.status.conditions if c.type == VsphereAgentConditionType.READY),
-            None,
-        )
-        return current is not None and current.is_true == ok and current.reason == reason
-
     async def ready(self, *, ok: bool, reason: VsphereAgentReason, message: str) -> None:
         """Set Ready with the pass's next write (or at its end); the last call of a pass
         wins, and nothing is written when the cache already shows exactly this."""
-        current = next(
-            (c for c in self.agent.status.conditions if c.type == VsphereAgentConditionType.READY),
-            None,
-        )
-        if self.shows_ready(ok=ok, reason=reason) and current and current.message == message:
+        current = _cached_ready(self.agent)
+        if (
+            current is not None
+            and current.is_true == ok
+            and current.reason == reason
+            and current.message == message
+        ):
             self._pending_ready = None
             return
         self._pending_ready = self.ready_edit(ok=ok, reason=reason, message=message)

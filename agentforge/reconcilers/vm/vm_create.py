@@ -57,7 +57,8 @@ from agentforge.reconcilers.vm import vm_decide, vm_lookup
 from agentforge.reconcilers.vm.vm_context import (
     Edit,
     JsonObj,
-    VmContext,
+    StatusWriter,
+    VmInputs,
     creation_edit,
     identity_edit,
     is_checkpointed,
@@ -74,34 +75,34 @@ IN_FLIGHT_RECHECK_S: Final = 2.0
 """How soon a creation waiting for an unrecorded create in the folder is decided again."""
 
 
-def vm_name(ctx: VmContext) -> str:
+def vm_name(inputs: VmInputs) -> str:
     """The recorded name, else the annotation, else the deterministic name (0002 "Names")."""
-    name, _ = vm_decide.recorded_identity(ctx.agent)
+    name, _ = vm_decide.recorded_identity(inputs.agent)
     if name:
         return name
-    assert ctx.pool is not None
+    assert inputs.pool is not None
     return naming.vm_name(
-        name_prefix=ctx.pool.effective_name_prefix(),
-        namespace=ctx.agent.metadata.namespace,
-        vsphere_agent=ctx.agent.metadata.name,
+        name_prefix=inputs.pool.effective_name_prefix(),
+        namespace=inputs.agent.metadata.namespace,
+        vsphere_agent=inputs.agent.metadata.name,
     )
 
 
-async def ensure_created(ctx: VmContext) -> Result | None:
-    agent, pool = ctx.agent, ctx.pool
+async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | None:
+    agent, pool = inputs.agent, inputs.pool
     assert pool is not None
     record = agent.status.creation
     if record is None and agent.status.vm is not None and agent.status.vm.bios_uuid:
-        if ctx.shows_ready(ok=True, reason=R.VM_READY):
+        if inputs.shows_ready(ok=True, reason=R.VM_READY):
             return None  # steady state: no call to vSphere, no write
-        await ctx.ready(
+        await writer.ready(
             ok=True,
             reason=R.VM_READY,
             message=f"VM {agent.status.vm.name} exists (BIOS UUID {agent.status.vm.bios_uuid})",
         )
         return None
     if record is None and not pool.status.iso.path:
-        await ctx.ready(
+        await writer.ready(
             ok=False,
             reason=R.WAITING_FOR_ISO,
             message=(
@@ -112,46 +113,48 @@ async def ensure_created(ctx: VmContext) -> Result | None:
         return None
     try:
         pool_specs.hardware(pool)  # refused before anything is recorded or started
-        service = await ctx.service()
+        service = await inputs.vcenter.service()
     except (pool_specs.UnsupportedSpec, CredentialsError) as exc:
-        await _failed(ctx, f"cannot create the VM: {exc}")
+        await _failed(writer, f"cannot create the VM: {exc}")
         return Result(requeue=isinstance(exc, CredentialsError))
     if record is None:
-        return await _begin(ctx, service)
+        return await _begin(inputs, writer, service)
     try:
-        task, plan = await vm_lookup.look_up(service, ctx, record)
+        task, plan = await vm_lookup.look_up(service, inputs, record)
     except vsphere.VsphereError as exc:
-        await _failed(ctx, f"looking up VM {record.vm_name} failed: {exc}", record=record)
+        await _failed(writer, f"looking up VM {record.vm_name} failed: {exc}", record=record)
         return Result(requeue=True)
     if task is not None and task.running:
-        return ctx.wait_task(service, task.moid)  # its end wakes this VsphereAgent
+        return inputs.vcenter.wait_task(service, task.moid)  # its end wakes this VsphereAgent
     if plan.step is vm_decide.ResumeStep.CONFLICT:
-        return await _conflict(ctx, record, plan.vm)
+        return await _conflict(inputs, writer, record, plan.vm)
     if plan.step is vm_decide.ResumeStep.WAIT:
-        return await _waiting(ctx, record, plan.why)
+        return await _waiting(inputs, writer, record, plan.why)
     if plan.why:
-        log.info("%s: %s: %s VM %s", ctx.where, plan.why, plan.step, record.vm_name)
+        log.info("%s: %s: %s VM %s", inputs.where, plan.why, plan.step, record.vm_name)
     if plan.step is vm_decide.ResumeStep.RECORD:  # (vm None: the power-on succeeded)
-        return await _done(ctx, record, plan.vm)
+        return await _done(inputs, writer, record, plan.vm)
     taken_by_us = plan.step is vm_decide.ResumeStep.FINISH and isinstance(
         task.error if task else None, vsphere.AlreadyExists
     )
     if task is not None and task.error is not None and not taken_by_us:
-        return await _task_failed(ctx, record, task)
+        return await _task_failed(writer, record, task)
     if plan.step is vm_decide.ResumeStep.CREATE:
-        return await _start(ctx, service, record, _request(ctx, record))
+        return await _start(inputs, writer, service, record, _request(inputs, record))
     assert plan.vm is not None  # FINISH: our VM exists and does not run yet
-    return await _converge(ctx, service, record, _request(ctx, record), plan.vm)
+    return await _converge(inputs, writer, service, record, _request(inputs, record), vm=plan.vm)
 
 
-async def _begin(ctx: VmContext, service: vsphere.VsphereService) -> Result | None:
+async def _begin(
+    inputs: VmInputs, writer: StatusWriter, service: vsphere.VsphereService
+) -> Result | None:
     """Claim a slot, checkpoint the intent (read back), then start the create."""
-    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    slot = inputs.vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
     try:
-        record = _new_record(ctx)
-        stored = await ctx.write(
+        record = _new_record(inputs)
+        stored = await writer.write(
             _checkpoint(record),
-            ctx.ready_edit(
+            writer.ready_edit(
                 ok=False,
                 reason=R.VM_CREATING,
                 message=f"creating VM {record.vm_name} (BIOS UUID {record.bios_uuid})",
@@ -159,20 +162,21 @@ async def _begin(ctx: VmContext, service: vsphere.VsphereService) -> Result | No
         )
         if not is_checkpointed(stored, record):
             return Result(requeue_after=1.0)  # the cache was behind: decide again on fresh data
-        await ctx.event(
+        await writer.event(
             EventType.NORMAL,
             VmEvent.VM_CREATING,
             f"creating VM {record.vm_name} in folder {record.folder} of datacenter "
             f"{record.datacenter} with BIOS UUID {record.bios_uuid}",
         )
-        return await _start(ctx, service, record, _request(ctx, record), slot=slot)
+        return await _start(inputs, writer, service, record, _request(inputs, record), slot=slot)
     finally:  # (bound to the started task, or released by the start)
         if slot is not None and slot.task is None:
             slot.release()
 
 
 async def _start(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     service: vsphere.VsphereService,
     record: CreationRecord,
     request: vsphere.VmRequest,
@@ -180,63 +184,65 @@ async def _start(
     slot: vsphere.Slot | None = None,
 ) -> Result | None:
     """Start `CreateVM_Task` and record its moref; the task's end wakes the key."""
-    slot = slot or ctx.claim_slot(service)
+    slot = slot or inputs.vcenter.claim_slot(service)
     assert slot is not None, "a VM is created by the vm controller only"
     try:
         started = await service.start_create(request=request, slot=slot)
     except vsphere.CreationInFlight as exc:
-        return await _waiting(ctx, record, str(exc))
+        return await _waiting(inputs, writer, record, str(exc))
     except vsphere.AlreadyExists:
-        return await _conflict(ctx, record, None)
+        return await _conflict(inputs, writer, record, None)
     except vsphere.VsphereError as exc:
-        await _failed(ctx, f"creating VM {record.vm_name} failed: {exc}", record=record)
+        await _failed(writer, f"creating VM {record.vm_name} failed: {exc}", record=record)
         return Result(requeue=True)
     if started.existing is not None:  # our own VM holds the name: take it over
-        return await _converge(ctx, service, record, request, started.existing)
+        return await _converge(inputs, writer, service, record, request, vm=started.existing)
     assert started.task is not None
-    await _record_task(ctx, record, P.CREATE_ISSUED, started.task)
-    return ctx.wait_task(service, started.task)
+    await _record_task(inputs, writer, record, P.CREATE_ISSUED, started.task)
+    return inputs.vcenter.wait_task(service, started.task)
 
 
 async def _converge(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     service: vsphere.VsphereService,
     record: CreationRecord,
     request: vsphere.VmRequest,
+    *,
     vm: vsphere.VmFacts,
 ) -> Result | None:
     """Our VM exists: tags, then power on started and recorded with its identity."""
-    slot = ctx.claim_slot(service)
+    slot = inputs.vcenter.claim_slot(service)
     assert slot is not None, "a VM is powered on by the vm controller only"
     try:
         task = await service.converge_vm(request=request, vm_moid=vm.moid, slot=slot)
     except vsphere.VsphereError as exc:
-        await _failed(ctx, f"powering on VM {record.vm_name} failed: {exc}", record=record)
+        await _failed(writer, f"powering on VM {record.vm_name} failed: {exc}", record=record)
         return Result(requeue=True)
     if task is None:  # it runs already
-        return await _done(ctx, record, vm)
-    await _record_task(ctx, record, P.POWER_ON_ISSUED, task, vm=vm)
-    return ctx.wait_task(service, task)
+        return await _done(inputs, writer, record, vm)
+    await _record_task(inputs, writer, record, P.POWER_ON_ISSUED, task, vm=vm)
+    return inputs.vcenter.wait_task(service, task)
 
 
 async def _done(
-    ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None
+    inputs: VmInputs, writer: StatusWriter, record: CreationRecord, vm: vsphere.VmFacts | None
 ) -> Result | None:
     """The VM runs: identity recorded (when read now), record cleared, Ready=True."""
     if vm is not None:
-        ctx.defer(identity_edit(name=vm.name, vm=vm))
-    ctx.defer(creation_edit(None))
-    recorded = ctx.agent.status.vm
+        writer.defer(identity_edit(name=vm.name, vm=vm))
+    writer.defer(creation_edit(None))
+    recorded = inputs.agent.status.vm
     name = vm.name if vm else record.vm_name
     bios_uuid = vm.bios_uuid if vm else record.bios_uuid
     mac = vm.primary_mac if vm else (recorded.mac_address if recorded else None)
     vmetrics.vm_op("create", "success")
-    await ctx.ready(
+    await writer.ready(
         ok=True,
         reason=R.VM_READY,
         message=f"VM {name} created (BIOS UUID {bios_uuid}, MAC {mac})",
     )
-    await ctx.event(
+    await writer.event(
         EventType.NORMAL,
         VmEvent.VM_CREATED,
         f"VM {name} is running (BIOS UUID {bios_uuid}, MAC {mac})",
@@ -244,35 +250,35 @@ async def _done(
     return None
 
 
-def _new_record(ctx: VmContext) -> CreationRecord:
-    pool = ctx.pool
+def _new_record(inputs: VmInputs) -> CreationRecord:
+    pool = inputs.pool
     assert pool is not None
     assert pool.status.iso.path
     return CreationRecord(
-        vm_name=vm_name(ctx),
+        vm_name=vm_name(inputs),
         bios_uuid=str(uuid.uuid4()),
         ownership=Ownership(
             pool_namespace=pool.metadata.namespace,
             pool_name=pool.metadata.name,
             pool_uid=pool.metadata.uid,
-            vsphere_agent=ctx.agent.metadata.name,
+            vsphere_agent=inputs.agent.metadata.name,
         ),
         datacenter=pool.spec.vsphere.datacenter,
         folder=pool.effective_folder(),
         iso_path=pool_specs.iso_backing(pool, pool.status.iso.path),
         phase=CreationPhase.CREATE_ISSUED,
-        started_at=ctx.now,
+        started_at=inputs.now,
     )
 
 
-def _request(ctx: VmContext, record: CreationRecord) -> vsphere.VmRequest:
+def _request(inputs: VmInputs, record: CreationRecord) -> vsphere.VmRequest:
     """The create request: the record's name, UUID, placement and ISO, the pool's
     hardware (checked before the record was made) and tags."""
-    pool = ctx.pool
+    pool = inputs.pool
     assert pool is not None
     return vsphere.VmRequest(
         name=record.vm_name,
-        placement=vm_lookup.placement(ctx, record),
+        placement=vm_lookup.placement(inputs, record),
         hardware=pool_specs.hardware(pool),
         iso_file=record.iso_path or pool_specs.iso_backing(pool, pool.status.iso.path or ""),
         markers=vm_decide.record_markers(record),
@@ -294,7 +300,8 @@ def _checkpoint(record: CreationRecord) -> Edit:
 
 
 async def _record_task(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     record: CreationRecord,
     phase: CreationPhase,
     moid: str,
@@ -312,12 +319,12 @@ async def _record_task(
 
     edits = [edit] if vm is None else [identity_edit(name=vm.name, vm=vm), edit]
     try:
-        await ctx.write(*edits)
+        await writer.write(*edits)
     except kerrors.KubeError as exc:  # the ref speeds recovery up: the lookups still work
         log.warning(
             "%s: recording task %s of VM %s failed (the VM is looked up by BIOS UUID and "
             "name when it ends, and creates in flight are waited for): %s",
-            ctx.where,
+            inputs.where,
             moid,
             record.vm_name,
             exc,
@@ -335,9 +342,11 @@ def _failed_attempt_edit(record: CreationRecord, *, drop_task: bool = False) -> 
     return edit
 
 
-async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:
-    ctx.in_flight = True
-    await ctx.ready(
+async def _waiting(
+    inputs: VmInputs, writer: StatusWriter, record: CreationRecord, why: str
+) -> Result:
+    inputs.vcenter.in_flight = True
+    await writer.ready(
         ok=False,
         reason=R.VM_CREATING,
         message=f"creating VM {record.vm_name}: waiting, {why}",
@@ -345,36 +354,42 @@ async def _waiting(ctx: VmContext, record: CreationRecord, why: str) -> Result:
     return Result(requeue_after=IN_FLIGHT_RECHECK_S)
 
 
-async def _conflict(ctx: VmContext, record: CreationRecord, vm: vsphere.VmFacts | None) -> Result:
+async def _conflict(
+    inputs: VmInputs, writer: StatusWriter, record: CreationRecord, vm: vsphere.VmFacts | None
+) -> Result:
     who = f"VM {vm.name} (BIOS UUID {vm.bios_uuid})" if vm else f"an object named {record.vm_name}"
     message = (
         f"{who} in folder {record.folder} is not ours (other or no ownership markers); it is "
-        f"left alone: rename or remove it, or set annotation vm-name on {ctx.where} "
+        f"left alone: rename or remove it, or set annotation vm-name on {inputs.where} "
         "before it creates its VM"
     )
-    await ctx.ready(ok=False, reason=R.VM_NAME_CONFLICT, message=message)
-    await ctx.event(EventType.WARNING, VmEvent.VM_NAME_CONFLICT, message)
+    await writer.ready(ok=False, reason=R.VM_NAME_CONFLICT, message=message)
+    await writer.event(EventType.WARNING, VmEvent.VM_NAME_CONFLICT, message)
     return Result(requeue=True)
 
 
-async def _task_failed(ctx: VmContext, record: CreationRecord, task: vsphere.TaskFacts) -> Result:
+async def _task_failed(
+    writer: StatusWriter, record: CreationRecord, task: vsphere.TaskFacts
+) -> Result:
     """The recorded task failed and nothing runs: report it once (the task's ref goes
     with the report) and try again after the queue's backoff."""
     doing = "powering on" if record.phase == P.POWER_ON_ISSUED else "creating"
     vmetrics.vm_op("create", vmetrics.result_of(task.error))
     message = f"{doing} VM {record.vm_name} failed: {task.error}"
     edits = [
-        ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message),
+        writer.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message),
         _failed_attempt_edit(record, drop_task=True),
     ]
-    await ctx.write(*edits)
-    await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
+    await writer.write(*edits)
+    await writer.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
     return Result(requeue=True)
 
 
-async def _failed(ctx: VmContext, message: str, *, record: CreationRecord | None = None) -> None:
-    edits = [ctx.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
+async def _failed(
+    writer: StatusWriter, message: str, *, record: CreationRecord | None = None
+) -> None:
+    edits = [writer.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
     if record is not None:
         edits.append(_failed_attempt_edit(record))  # keeps what else the record holds
-    await ctx.write(*edits)
-    await ctx.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
+    await writer.write(*edits)
+    await writer.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)

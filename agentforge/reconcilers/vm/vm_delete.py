@@ -58,7 +58,7 @@ from agentforge.reconcilers.common.deps import CredentialsError
 from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.reconcilers.planning.snapshot import agent_facts, identifies, identity_conflicts
 from agentforge.reconcilers.vm import vm_create, vm_decide, vm_delete_tasks, vm_lookup, vm_stamp
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 
 __all__ = ["EjectionHook", "finalize", "remove_finalizer"]
 
@@ -79,22 +79,29 @@ class EjectionHook(Protocol):
     """Finishes a recorded ISO ejection before the VM is deleted (the ejection feature)."""
 
     async def finish_before_delete(
-        self, *, agent: VsphereAgent, pool: VsphereAgentPool | None, ctx: VmContext
+        self,
+        *,
+        agent: VsphereAgent,
+        pool: VsphereAgentPool | None,
+        inputs: VmInputs,
+        writer: StatusWriter,
     ) -> bool:
         """True when `status.isoEjection` is finished and cleared; False to wait."""
         ...
 
 
-async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result | None:
-    agent, pool = ctx.agent, ctx.pool
+async def finalize(
+    inputs: VmInputs, writer: StatusWriter, *, ejection: EjectionHook | None
+) -> Result | None:
+    agent, pool = inputs.agent, inputs.pool
     if names.FINALIZER_VSPHERE_AGENT not in agent.metadata.finalizers:
         return None
     if agent.status.iso_ejection is not None:
         done = ejection is not None and await ejection.finish_before_delete(
-            agent=agent, pool=pool, ctx=ctx
+            agent=agent, pool=pool, inputs=inputs, writer=writer
         )
         if not done:
-            await ctx.ready(
+            await writer.ready(
                 ok=False,
                 reason=R.VM_DELETING,
                 message="waiting for the recorded ISO ejection to finish before the VM goes",
@@ -104,74 +111,76 @@ async def finalize(ctx: VmContext, *, ejection: EjectionHook | None) -> Result |
     vm_status = agent.status.vm
     if pool is None:
         if name or bios_uuid:
-            await ctx.event(
+            await writer.event(
                 EventType.WARNING,
                 VmEvent.POOL_NOT_FOUND,
                 f"VsphereAgentPool {agent.metadata.namespace}/{agent.spec.pool_ref.name} is "
                 f"gone: VM {name or bios_uuid} is retained because its ownership cannot be "
                 "proven; delete it by hand if it is not needed",
             )
-        await remove_finalizer(ctx)
+        await remove_finalizer(inputs)
         return None
     if not pool.cleanup_enabled:
         if name or bios_uuid:
-            await ctx.event(
+            await writer.event(
                 EventType.NORMAL,
                 VmEvent.VM_RETAINED,
                 f"cleanupPolicy is Retain: VM {name or bios_uuid} and its Agent are kept",
             )
-        await remove_finalizer(ctx)
+        await remove_finalizer(inputs)
         return None
     if not (name or bios_uuid):
-        await remove_finalizer(ctx)  # no VM was ever started
+        await remove_finalizer(inputs)  # no VM was ever started
         return None
     recorded_mac = identity.normalize_mac(vm_status.mac_address) if vm_status else None
-    agents = _agents_of_vm(ctx, bios_uuid=bios_uuid, mac=recorded_mac)
+    agents = _agents_of_vm(inputs, bios_uuid=bios_uuid, mac=recorded_mac)
     if agents.bound is not None:
-        return await _held(ctx, agents.bound, vm=name or bios_uuid or "")
+        return await _held(inputs, writer, agents.bound, vm=name or bios_uuid or "")
     try:
         if agent.status.creation is not None:
-            waiting = await _creation_settled(ctx)
+            waiting = await _creation_settled(inputs, writer)
             if waiting is not None:
                 return waiting
-        outcome = await _delete_vm(ctx, pool, name=name, bios_uuid=bios_uuid, agents=agents)
+        outcome = await _delete_vm(
+            inputs, writer, pool, name=name, bios_uuid=bios_uuid, agents=agents
+        )
         if isinstance(outcome, Result):  # a task of the deletion runs
             return outcome
         if isinstance(outcome, _Tied):  # vSphere's identity of the VM ties a bound Agent
-            return await _held(ctx, outcome, vm=name or bios_uuid or "")
+            return await _held(inputs, writer, outcome, vm=name or bios_uuid or "")
         for unbound in outcome:
-            await _delete_agent(ctx, unbound)
+            await _delete_agent(inputs, writer, unbound)
     except (vsphere.VsphereError, CredentialsError) as exc:
         message = f"deleting VM {name or bios_uuid} failed: {exc}; retried with backoff"
-        await ctx.ready(ok=False, reason=R.VM_DELETE_FAILED, message=message)
-        await ctx.event(EventType.WARNING, VmEvent.VM_DELETE_FAILED, message)
+        await writer.ready(ok=False, reason=R.VM_DELETE_FAILED, message=message)
+        await writer.event(EventType.WARNING, VmEvent.VM_DELETE_FAILED, message)
         return Result(requeue=True)
     except kerrors.Conflict:
         return Result(requeue=True)  # the Agent changed since the cache saw it: look again
-    await remove_finalizer(ctx)
+    await remove_finalizer(inputs)
     return None
 
 
-async def _creation_settled(ctx: VmContext) -> Result | None:
+async def _creation_settled(inputs: VmInputs, writer: StatusWriter) -> Result | None:
     """A creation record means a create may still be running in vCenter (a crash, or a
     delete while it ran): its VM could appear after the lookup and outlive the
     VsphereAgent. The record is resumed as a restart would (`vm_lookup.look_up`:
     the recorded task is asked about, else any `CreateVM_Task` in the folder) and the
     VM is looked for only once nothing may still make it. None once settled, else the
     result of waiting (for the recorded task's end, or a while)."""
-    record = ctx.agent.status.creation
+    record = inputs.agent.status.creation
     assert record is not None
-    service = await ctx.service()
-    task, resumed = await vm_lookup.look_up(service, ctx, record)
+    service = await inputs.vcenter.service()
+    task, resumed = await vm_lookup.look_up(service, inputs, record)
     if resumed.step is not vm_decide.ResumeStep.WAIT:
         return None
-    await ctx.ready(
+    await writer.ready(
         ok=False,
         reason=R.VM_DELETING,
         message=f"waiting before deleting VM {record.vm_name}: {resumed.why}",
     )
-    if task is not None and task.running and ctx.waits is not None:
-        return ctx.wait_task(service, task.moid)
+    if task is not None and task.running and inputs.vcenter.waits is not None:
+        return inputs.vcenter.wait_task(service, task.moid)
     return Result(requeue_after=vm_create.IN_FLIGHT_RECHECK_S)
 
 
@@ -195,7 +204,7 @@ class _AgentsOfVm:
 
 
 def _agents_of_vm(
-    ctx: VmContext,
+    inputs: VmInputs,
     *,
     bios_uuid: str | None,
     mac: str | None,
@@ -204,7 +213,7 @@ def _agents_of_vm(
     """Every cached Agent tied to the VM: by identity (`snapshot.identifies`), or the
     recorded `status.vm.agentRef` whose identity does not contradict the VM's (and
     `already`: the ones tied by the recorded identity before vSphere was asked)."""
-    informer = ctx.deps.informer(kinds.AGENT)
+    informer = inputs.deps.informer(kinds.AGENT)
     found: dict[str, _Tied] = {}
     for earlier in already:  # as cached now: it may have been bound meanwhile
         raw = informer.get(namespace=earlier.metadata.namespace, name=earlier.metadata.name)
@@ -220,14 +229,14 @@ def _agents_of_vm(
             view = views.Agent.model_validate(raw)
             how = f"it reports the VM's {f'BIOS UUID {bios_uuid}' if by_uuid else f'MAC {mac}'}"
             found[view.metadata.key] = _Tied(view, how)
-    recorded = _recorded_agent(ctx)
+    recorded = _recorded_agent(inputs)
     if recorded is not None and not identity_conflicts(
         bios_uuid=bios_uuid, mac=mac, agent=agent_facts(recorded)
     ):
         view = views.Agent.model_validate(recorded)
         found.setdefault(view.metadata.key, _Tied(view, "it is recorded as the VM's Agent"))
     ordered = [found[k] for k in sorted(found)]
-    namespace = ctx.agent.metadata.namespace
+    namespace = inputs.agent.metadata.namespace
     return _AgentsOfVm(
         bound=next((t for t in ordered if t.agent.is_bound), None),
         unbound=tuple(
@@ -238,21 +247,21 @@ def _agents_of_vm(
     )
 
 
-def _recorded_agent(ctx: VmContext) -> dict[str, Any] | None:
-    vm = ctx.agent.status.vm
+def _recorded_agent(inputs: VmInputs) -> dict[str, Any] | None:
+    vm = inputs.agent.status.vm
     ref = vm.agent_ref if vm else None
     if ref is None or not ref.name:
         return None
-    return ctx.deps.informer(kinds.AGENT).get(
-        namespace=ref.namespace or ctx.agent.metadata.namespace, name=ref.name
+    return inputs.deps.informer(kinds.AGENT).get(
+        namespace=ref.namespace or inputs.agent.metadata.namespace, name=ref.name
     )
 
 
-async def _held(ctx: VmContext, tied: _Tied, *, vm: str) -> Result:
+async def _held(inputs: VmInputs, writer: StatusWriter, tied: _Tied, *, vm: str) -> Result:
     agent = tied.agent
     name = (
         agent.metadata.name
-        if agent.metadata.namespace == ctx.agent.metadata.namespace
+        if agent.metadata.namespace == inputs.agent.metadata.namespace
         else agent.metadata.key
     )
     message = (
@@ -260,8 +269,8 @@ async def _held(ctx: VmContext, tied: _Tied, *, vm: str) -> Result:
         f"({tied.how}): VM {vm} is not deleted while it serves a node; CAPI must release "
         "it first"
     )
-    await ctx.ready(ok=False, reason=R.VM_DELETING, message=message)
-    await ctx.event(EventType.WARNING, VmEvent.VM_DELETING, message)
+    await writer.ready(ok=False, reason=R.VM_DELETING, message=message)
+    await writer.event(EventType.WARNING, VmEvent.VM_DELETING, message)
     return Result(requeue_after=BOUND_AGENT_WAIT_SECONDS)
 
 
@@ -269,7 +278,8 @@ async def _held(ctx: VmContext, tied: _Tied, *, vm: str) -> Result:
 
 
 async def _delete_vm(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     pool: VsphereAgentPool,
     *,
     name: str | None,
@@ -280,16 +290,16 @@ async def _delete_vm(
     unapproving: their new resourceVersion is what a delete may name; none when a VM
     not ours was left alone), the bound Agent the VM as vSphere reports it is, or the
     result of a pass that started (or found running) a task of the deletion."""
-    service = await ctx.service()
-    deletion = ctx.agent.status.deletion
+    service = await inputs.vcenter.service()
+    deletion = inputs.agent.status.deletion
     if deletion is not None and deletion.task_ref:
-        ran = await vm_delete_tasks.outcome(ctx, service, deletion)
+        ran = await vm_delete_tasks.outcome(inputs, writer, service, deletion)
         if isinstance(ran, Result):
             return ran
         if ran:  # destroyed, as vCenter says
-            await vm_delete_tasks.gone(ctx, deletion)
+            await vm_delete_tasks.gone(writer, deletion)
             return list(agents.unbound)
-    record = ctx.agent.status.creation
+    record = inputs.agent.status.creation
     datacenter = record.datacenter if record else pool.spec.vsphere.datacenter
     placement = pool_specs.placement(pool)
     if record is not None:
@@ -300,12 +310,12 @@ async def _delete_vm(
     if vm is None and name:
         vm = await service.vm_by_name(placement=placement, name=name)
     if vm is None or vm.bios_uuid is None:
-        await vm_delete_tasks.gone(ctx, deletion)
+        await vm_delete_tasks.gone(writer, deletion)
         return list(agents.unbound)
-    expected = pool_specs.markers(pool, vsphere_agent=ctx.agent.metadata.name)
+    expected = pool_specs.markers(pool, vsphere_agent=inputs.agent.metadata.name)
     owned = vm_decide.ownership(vm, expected=expected, recorded_uuid=bios_uuid, recorded_name=name)
     if owned is vm_decide.Ownership.NOT_OURS:
-        await ctx.event(
+        await writer.event(
             EventType.WARNING,
             VmEvent.VM_OWNERSHIP_MISMATCH,
             f"VM {vm.name} (BIOS UUID {vm.bios_uuid}) is not provably ours (its ownership "
@@ -314,33 +324,33 @@ async def _delete_vm(
         )
         return []
     actual = _agents_of_vm(
-        ctx,
+        inputs,
         bios_uuid=identity.normalize_uuid(vm.bios_uuid),
         mac=identity.normalize_mac(vm.primary_mac),
         already=agents.unbound,
     )
     if actual.bound is not None:
         return actual.bound
-    unapproved = [await _unapprove(ctx, agent) for agent in actual.unbound]
+    unapproved = [await _unapprove(inputs, agent) for agent in actual.unbound]
     if owned is vm_decide.Ownership.UNMARKED_MATCH:
         stamped = await vm_stamp.ensure_stamped(
-            ctx, service, datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
+            inputs.vcenter, service, datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=expected
         )
         if isinstance(stamped, Result):
             return stamped  # the stamp runs; its end wakes this VsphereAgent
     started = await vm_delete_tasks.start(
-        ctx, service, vm=vm, datacenter=datacenter, markers=expected
+        inputs, writer, service, vm=vm, datacenter=datacenter, markers=expected
     )
     if started is not None:
         return started
     return unapproved
 
 
-async def _unapprove(ctx: VmContext, agent: views.Agent) -> views.Agent:
+async def _unapprove(inputs: VmInputs, agent: views.Agent) -> views.Agent:
     """`spec.approved=false` on the version seen unbound (a 409 retries the finalizer)."""
     if not agent.spec.approved:
         return agent
-    stored = await ctx.deps.client.patch_merge(
+    stored = await inputs.deps.client.patch_merge(
         kinds.AGENT,
         namespace=agent.metadata.namespace,
         name=agent.metadata.name,
@@ -352,13 +362,13 @@ async def _unapprove(ctx: VmContext, agent: views.Agent) -> views.Agent:
     return views.Agent.model_validate(stored)
 
 
-async def _delete_agent(ctx: VmContext, agent: views.Agent) -> None:
+async def _delete_agent(inputs: VmInputs, writer: StatusWriter, agent: views.Agent) -> None:
     """Delete an Agent of the VM at exactly the version seen unbound (cache or our own
     patch)."""
     if agent.is_bound:
         return
     try:
-        await ctx.deps.client.delete(
+        await inputs.deps.client.delete(
             kinds.AGENT,
             namespace=agent.metadata.namespace,
             name=agent.metadata.name,
@@ -367,24 +377,24 @@ async def _delete_agent(ctx: VmContext, agent: views.Agent) -> None:
         )
     except kerrors.NotFound:
         return
-    await ctx.event(
+    await writer.event(
         EventType.NORMAL,
         VmEvent.AGENT_DELETED,
         f"deleted the unbound Agent {agent.metadata.namespace}/{agent.metadata.name}",
     )
 
 
-async def remove_finalizer(ctx: VmContext) -> None:
-    finalizers = list(ctx.agent.metadata.finalizers)
+async def remove_finalizer(inputs: VmInputs) -> None:
+    finalizers = list(inputs.agent.metadata.finalizers)
     if names.FINALIZER_VSPHERE_AGENT not in finalizers:
         return
     index = finalizers.index(names.FINALIZER_VSPHERE_AGENT)
     path = f"/metadata/finalizers/{index}"
     try:
-        await ctx.deps.client.patch_json(
+        await inputs.deps.client.patch_json(
             kinds.VSPHERE_AGENT,
-            namespace=ctx.agent.metadata.namespace,
-            name=ctx.agent.metadata.name,
+            namespace=inputs.agent.metadata.namespace,
+            name=inputs.agent.metadata.name,
             operations=[
                 {"op": "test", "path": path, "value": names.FINALIZER_VSPHERE_AGENT},
                 {"op": "remove", "path": path},

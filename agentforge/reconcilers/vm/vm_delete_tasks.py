@@ -30,7 +30,7 @@ from agentforge.api.vsphereagent import DeletionPhase, DeletionRecord
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.common.event_reasons import VmEvent
-from agentforge.reconcilers.vm.vm_context import Edit, JsonObj, VmContext
+from agentforge.reconcilers.vm.vm_context import Edit, JsonObj, StatusWriter, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["gone", "outcome", "start"]
@@ -40,36 +40,40 @@ _PHASES = {"power off": DeletionPhase.POWER_OFF_ISSUED, "destroy": DeletionPhase
 
 
 async def outcome(
-    ctx: VmContext, service: vsphere.VsphereService, deletion: DeletionRecord
+    inputs: VmInputs,
+    writer: StatusWriter,
+    service: vsphere.VsphereService,
+    deletion: DeletionRecord,
 ) -> Result | bool:
     """How the recorded task ended: the result of waiting for it or reporting its
     failure; True when vCenter says the VM was destroyed; False when the VM itself is
     to be asked (the power-off ended, or vCenter forgot the task)."""
     assert deletion.task_ref is not None
-    if ctx.awaiting(service, deletion.task_ref):
-        return ctx.wait_task(service, deletion.task_ref)  # runs on: its end wakes us
+    if inputs.vcenter.awaiting(service, deletion.task_ref):
+        return inputs.vcenter.wait_task(service, deletion.task_ref)  # runs on: its end wakes us
     try:
         task = await service.task(task_ref=deletion.task_ref)
     except vsphere.NotFound:
         return False  # forgotten by vCenter: the VM itself tells
     if task.running:
         await service.follow_task(task_ref=task.moid)  # (after a restart)
-        return ctx.wait_task(service, task.moid)
+        return inputs.vcenter.wait_task(service, task.moid)
     if task.error is None:
         return deletion.phase == DeletionPhase.DESTROY_ISSUED
     doing = "powering off" if deletion.phase == DeletionPhase.POWER_OFF_ISSUED else "destroying"
     vmetrics.vm_op("delete", vmetrics.result_of(task.error))
     message = f"{doing} VM {deletion.vm_name} failed: {task.error}; started again with backoff"
-    await ctx.write(
-        ctx.ready_edit(ok=False, reason=R.VM_DELETE_FAILED, message=message),
+    await writer.write(
+        writer.ready_edit(ok=False, reason=R.VM_DELETE_FAILED, message=message),
         _failed_edit(deletion),
     )
-    await ctx.event(EventType.WARNING, VmEvent.VM_DELETE_FAILED, message)
+    await writer.event(EventType.WARNING, VmEvent.VM_DELETE_FAILED, message)
     return Result(requeue=True)
 
 
 async def start(
-    ctx: VmContext,
+    inputs: VmInputs,
+    writer: StatusWriter,
     service: vsphere.VsphereService,
     *,
     vm: vsphere.VmFacts,
@@ -78,47 +82,47 @@ async def start(
 ) -> Result | None:
     """Start the VM's next deletion step and record it; None when it is gone already."""
     assert vm.bios_uuid is not None
-    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    slot = inputs.vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
     if slot is None:  # outside a controller: wait, as scripts do
         await service.delete_vm(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=markers)
-        await _deleted(ctx, vm.name, vm.bios_uuid)
+        await _deleted(writer, vm.name, vm.bios_uuid)
         return None
     step = await service.start_delete(
         datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=markers, slot=slot
     )
     if not step.action or step.task is None:
-        await _deleted(ctx, vm.name, vm.bios_uuid)
+        await _deleted(writer, vm.name, vm.bios_uuid)
         return None
-    previous = ctx.agent.status.deletion
+    previous = inputs.agent.status.deletion
     record = DeletionRecord(
         vm_name=vm.name,
         bios_uuid=vm.bios_uuid,
         phase=_PHASES[step.action],
         task_ref=step.task,
-        started_at=ctx.now,
+        started_at=inputs.now,
         attempts=previous.attempts if previous is not None else 0,
     )
-    await ctx.write(
+    await writer.write(
         _record_edit(record),
-        ctx.ready_edit(
+        writer.ready_edit(
             ok=False,
             reason=R.VM_DELETING,
             message=f"deleting VM {vm.name} (BIOS UUID {vm.bios_uuid}): {step.action} "
             f"task {step.task} started",
         ),
     )
-    return ctx.wait_task(service, step.task)
+    return inputs.vcenter.wait_task(service, step.task)
 
 
-async def gone(ctx: VmContext, deletion: DeletionRecord | None) -> None:
+async def gone(writer: StatusWriter, deletion: DeletionRecord | None) -> None:
     """The VM is not there (any more): `VMDeleted` when we were deleting it."""
     if deletion is not None:
-        await _deleted(ctx, deletion.vm_name, deletion.bios_uuid)
+        await _deleted(writer, deletion.vm_name, deletion.bios_uuid)
 
 
-async def _deleted(ctx: VmContext, name: str, bios_uuid: str) -> None:
+async def _deleted(writer: StatusWriter, name: str, bios_uuid: str) -> None:
     vmetrics.vm_op("delete", "success")
-    await ctx.event(
+    await writer.event(
         EventType.NORMAL, VmEvent.VM_DELETED, f"deleted VM {name} (BIOS UUID {bios_uuid})"
     )
 

@@ -19,35 +19,35 @@ from agentforge import identity, vsphere
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord
 from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.vm import vm_decide
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import VmInputs
 
 __all__ = ["look_up", "placement"]
 
 P = CreationPhase
 
 
-def placement(ctx: VmContext, record: CreationRecord) -> vsphere.Placement:
+def placement(inputs: VmInputs, record: CreationRecord) -> vsphere.Placement:
     """The pool's placement, in the record's datacenter and folder."""
-    assert ctx.pool is not None
+    assert inputs.pool is not None
     return dataclasses.replace(
-        pool_specs.placement(ctx.pool), datacenter=record.datacenter, folder=record.folder
+        pool_specs.placement(inputs.pool), datacenter=record.datacenter, folder=record.folder
     )
 
 
-def _identity_recorded(ctx: VmContext, record: CreationRecord) -> bool:
-    recorded = ctx.agent.status.vm
+def _identity_recorded(inputs: VmInputs, record: CreationRecord) -> bool:
+    recorded = inputs.agent.status.vm
     return recorded is not None and identity.normalize_uuid(
         recorded.bios_uuid
     ) == identity.normalize_uuid(record.bios_uuid)
 
 
 async def look_up(
-    service: vsphere.VsphereService, ctx: VmContext, record: CreationRecord
+    service: vsphere.VsphereService, inputs: VmInputs, record: CreationRecord
 ) -> tuple[vsphere.TaskFacts | None, vm_decide.Resume]:
     """Ask about the recorded task, then (unless it runs) look the VM up."""
     task: vsphere.TaskFacts | None = None
     task_gone = False
-    if record.task_ref and ctx.awaiting(service, record.task_ref):
+    if record.task_ref and inputs.vcenter.awaiting(service, record.task_ref):
         task = vsphere.TaskFacts(moid=record.task_ref, state=vsphere.TaskState.RUNNING)
         return task, vm_decide.resume(record, by_uuid=None, by_name=None, task=task)
     if record.task_ref:
@@ -62,7 +62,7 @@ async def look_up(
         task is not None
         and task.state is vsphere.TaskState.SUCCESS
         and record.phase == P.POWER_ON_ISSUED
-        and _identity_recorded(ctx, record)
+        and _identity_recorded(inputs, record)
     ):
         # vCenter says the recorded power-on succeeded: the VM runs, and its identity
         # was recorded with the power-on; no lookup needed.
@@ -73,7 +73,7 @@ async def look_up(
     if by_uuid is None:
         by_uuid = await service.vm_by_uuid(datacenter=record.datacenter, bios_uuid=record.bios_uuid)
     by_name = None
-    where = placement(ctx, record)
+    where = placement(inputs, record)
     if by_uuid is None:
         by_name = await service.vm_by_name(placement=where, name=record.vm_name)
     in_flight: list[vsphere.TaskFacts] = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from agentforge import vsphere
 from agentforge.kube.controller import Result
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import VcenterHandle
 
 __all__ = ["PURPOSE", "ensure_stamped", "just_stamped"]
 
@@ -29,7 +29,7 @@ PURPOSE = "stamp"
 
 
 async def ensure_stamped(
-    ctx: VmContext,
+    vcenter: VcenterHandle,
     service: vsphere.VsphereService,
     *,
     datacenter: str,
@@ -37,31 +37,31 @@ async def ensure_stamped(
     markers: vsphere.OwnershipMarkers,
 ) -> vsphere.VmFacts | Result:
     """The VM, ours; or the result of waiting for the stamp that makes it ours."""
-    if ctx.waits is None or ctx.key is None:  # outside a controller: wait, as scripts do
+    if vcenter.waits is None or vcenter.key is None:  # outside a controller: wait, as scripts do
         return await service.stamp_markers(
             datacenter=datacenter, bios_uuid=bios_uuid, markers=markers
         )
-    noted = ctx.waits.noted(ctx.key, PURPOSE, vcenter=service.vcenter)
+    noted = vcenter.waits.noted(vcenter.key, PURPOSE, vcenter=service.vcenter)
     if noted is not None:
-        waiting = await _outcome(ctx, service, noted)
+        waiting = await _outcome(vcenter, service, noted)
         if waiting is not None:
             return waiting
-    slot = ctx.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    slot = vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
     assert slot is not None
     vm, task = await service.start_stamp(
         datacenter=datacenter, bios_uuid=bios_uuid, markers=markers, slot=slot
     )
     if task is None:
         return vm
-    ctx.waits.note(ctx.key, PURPOSE, vcenter=service.vcenter, task=task)
-    return ctx.wait_task(service, task)
+    vcenter.waits.note(vcenter.key, PURPOSE, vcenter=service.vcenter, task=task)
+    return vcenter.wait_task(service, task)
 
 
-async def just_stamped(ctx: VmContext, service: vsphere.VsphereService) -> bool:
+async def just_stamped(vcenter: VcenterHandle, service: vsphere.VsphereService) -> bool:
     """A stamp this VsphereAgent started has succeeded since its last pass (read once)."""
-    if ctx.waits is None or ctx.key is None:
+    if vcenter.waits is None or vcenter.key is None:
         return False
-    noted = ctx.waits.noted(ctx.key, PURPOSE, vcenter=service.vcenter)
+    noted = vcenter.waits.noted(vcenter.key, PURPOSE, vcenter=service.vcenter)
     if noted is None:
         return False
     try:
@@ -69,22 +69,24 @@ async def just_stamped(ctx: VmContext, service: vsphere.VsphereService) -> bool:
     except vsphere.NotFound:
         return False
     if task.state is not vsphere.TaskState.SUCCESS:  # running, or failed: for the stamp step
-        ctx.waits.note(ctx.key, PURPOSE, vcenter=service.vcenter, task=noted)
+        vcenter.waits.note(vcenter.key, PURPOSE, vcenter=service.vcenter, task=noted)
         return False
     return True
 
 
-async def _outcome(ctx: VmContext, service: vsphere.VsphereService, noted: str) -> Result | None:
-    assert ctx.waits is not None
-    assert ctx.key is not None
+async def _outcome(
+    vcenter: VcenterHandle, service: vsphere.VsphereService, noted: str
+) -> Result | None:
+    assert vcenter.waits is not None
+    assert vcenter.key is not None
     try:
         task = await service.task(task_ref=noted)
     except vsphere.NotFound:
         return None  # forgotten: the VM's markers tell
     if task.running:
-        ctx.waits.note(ctx.key, PURPOSE, vcenter=service.vcenter, task=noted)
+        vcenter.waits.note(vcenter.key, PURPOSE, vcenter=service.vcenter, task=noted)
         await service.follow_task(task_ref=noted)
-        return ctx.wait_task(service, noted)
+        return vcenter.wait_task(service, noted)
     if task.error is not None:
         raise task.error  # the caller reports it; a fresh stamp after the backoff
     return None

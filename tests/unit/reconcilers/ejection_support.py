@@ -23,7 +23,7 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import ISOEjectionRecord, VsphereAgent
 from agentforge.reconcilers.ejection import ejection_decide as decide
 from agentforge.reconcilers.ejection.ejection_decide import Device, Observation
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VcenterHandle, VmInputs
 from agentforge.vsphere import facts as vfacts
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi, Harness, harness
@@ -343,19 +343,27 @@ class Setup:
         found = self.condition()
         return found["reason"] if found else None
 
-    def ctx(self) -> VmContext:
-        """A fresh context from the cache (sync first), as each reconcile builds one."""
+    def ctx(self) -> tuple[VmInputs, StatusWriter]:
+        """Fresh inputs from the cache (sync first) and their writer, as each reconcile
+        builds them."""
         self.h.sync()
         raw = copy.deepcopy(self.stored())
         pool_raw = self.api.find(kinds.VSPHERE_AGENT_POOL, ps.NS, ps.POOL)
-        return VmContext(
+        pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw else None
+        vcenter = VcenterHandle(
+            deps=self.h.deps,
+            pool=pool,
+            _service=self.service,  # type: ignore[arg-type]
+        )
+        inputs = VmInputs(
             deps=self.h.deps,
             raw=raw,
             agent=VsphereAgent.model_validate(raw),
-            pool=VsphereAgentPool.model_validate(pool_raw) if pool_raw else None,
+            pool=pool,
             now=ps.NOW,
-            _service=self.service,  # type: ignore[arg-type]
+            vcenter=vcenter,
         )
+        return inputs, StatusWriter.of(self.h.deps, inputs)
 
     def vsphere_writes(self) -> list[str]:
         return [m for m in self.service.methods() if m != "vm_by_uuid" and m != "resume_eject"]

@@ -17,7 +17,7 @@ from agentforge.kube.store import key_for
 from agentforge.reconcilers.ejection import ejection
 from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
 from agentforge.reconcilers.vm import vm
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi
@@ -27,7 +27,8 @@ STEP = ejection.Ejection()
 
 
 async def reconcile(s: es.Setup) -> Result | None:
-    return await STEP.reconcile(ctx=s.ctx())
+    inputs, writer = s.ctx()
+    return await STEP.reconcile(inputs=inputs, writer=writer)
 
 
 def status_writes(api: FakeApi) -> list[JsonObj]:
@@ -287,9 +288,9 @@ async def test_an_ejected_worker_costs_no_call_and_no_write_in_steady_state() ->
 
 async def test_a_stale_cache_that_misses_a_record_starts_nothing() -> None:
     s = installed()
-    ctx = s.ctx()
+    inputs, writer = s.ctx()
     s.stored()["status"]["isoEjection"] = es.record(phase="QuestionRecorded", questionID="_vmx1")
-    assert await STEP.reconcile(ctx=ctx) == Result(requeue_after=1.0)
+    assert await STEP.reconcile(inputs=inputs, writer=writer) == Result(requeue_after=1.0)
     assert s.service.methods() == ["vm_by_uuid"]
     assert s.stored_record()["phase"] == "QuestionRecorded"  # type: ignore[index]
 
@@ -404,8 +405,10 @@ async def test_an_adopted_vm_of_an_installed_worker_is_ejected() -> None:
 async def test_deletion_finishes_the_recorded_ejection_first() -> None:
     vm = es.FakeVm(running=3000, questions=[es.question("_vmx1")])
     s = with_record("QuestionRecorded", vm=vm, questionID="_vmx1")
-    ctx = s.ctx()
-    assert await STEP.finish_before_delete(agent=ctx.agent, pool=ctx.pool, ctx=ctx)
+    inputs, writer = s.ctx()
+    assert await STEP.finish_before_delete(
+        agent=inputs.agent, pool=inputs.pool, inputs=inputs, writer=writer
+    )
     assert s.vsphere_writes() == ["answer:_vmx1"]
     assert s.stored_record() is None
 
@@ -413,8 +416,10 @@ async def test_deletion_finishes_the_recorded_ejection_first() -> None:
 async def test_deletion_waits_while_the_recorded_ejection_is_refused() -> None:
     vm = es.FakeVm(running=3000, questions=[es.question("_vmx8", message="msg.other")])
     s = with_record("QuestionRecorded", vm=vm, questionID="_vmx1")
-    ctx = s.ctx()
-    assert not await STEP.finish_before_delete(agent=ctx.agent, pool=ctx.pool, ctx=ctx)
+    inputs, writer = s.ctx()
+    assert not await STEP.finish_before_delete(
+        agent=inputs.agent, pool=inputs.pool, inputs=inputs, writer=writer
+    )
     assert s.vsphere_writes() == []
     assert s.stored_record() is not None
 
@@ -423,16 +428,20 @@ async def test_deletion_drops_a_record_whose_vm_is_gone() -> None:
     s = es.setup(
         es.vsphere_agent(record=es.record(phase="Answered", questionID="_vmx1")), no_vm=True
     )
-    ctx = s.ctx()
-    assert await STEP.finish_before_delete(agent=ctx.agent, pool=ctx.pool, ctx=ctx)
+    inputs, writer = s.ctx()
+    assert await STEP.finish_before_delete(
+        agent=inputs.agent, pool=inputs.pool, inputs=inputs, writer=writer
+    )
     assert s.stored_record() is None
     assert EjectionEvent.ABANDONED in events(s)
 
 
 async def test_deletion_without_a_pool_lets_the_vsphere_agent_go_and_warns() -> None:
     s = es.setup(es.vsphere_agent(record=es.record()))
-    ctx = s.ctx()
-    assert await STEP.finish_before_delete(agent=ctx.agent, pool=None, ctx=ctx)
+    inputs, writer = s.ctx()
+    assert await STEP.finish_before_delete(
+        agent=inputs.agent, pool=None, inputs=inputs, writer=writer
+    )
     assert s.service.calls == []
     assert events(s) == [EjectionEvent.ABANDONED]
 
@@ -466,12 +475,17 @@ class RecordingStep:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def reconcile(self, *, ctx: VmContext) -> Result | None:
-        self.calls.append(ctx.agent.metadata.name)
+    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
+        self.calls.append(inputs.agent.metadata.name)
         return Result(requeue_after=7.0)
 
     async def finish_before_delete(
-        self, *, agent: VsphereAgent, pool: VsphereAgentPool | None, ctx: VmContext
+        self,
+        *,
+        agent: VsphereAgent,
+        pool: VsphereAgentPool | None,
+        inputs: VmInputs,
+        writer: StatusWriter,
     ) -> bool:
         return True
 

@@ -81,7 +81,8 @@ async def test_unknown_values_in_pool_status_are_recomputed_not_reported_invalid
 
 async def test_an_unknown_vm_phase_starts_no_ejection_and_calls_no_vsphere() -> None:
     s = es.setup(es.vsphere_agent(phase=UNKNOWN), es.installed_agent())
-    assert await STEP.reconcile(ctx=s.ctx()) is None
+    inputs, writer = s.ctx()
+    assert await STEP.reconcile(inputs=inputs, writer=writer) is None
     assert s.service.calls == []
     assert [c for c in s.api.calls if c.verb == "update-status"] == []
 
@@ -175,7 +176,8 @@ def with_unknown_record(vm: es.FakeVm, **kw: Any) -> es.Setup:
 
 async def test_a_record_in_an_unknown_phase_is_kept_and_nothing_is_sent_to_vsphere() -> None:
     s = with_unknown_record(es.FakeVm())
-    assert await STEP.reconcile(ctx=s.ctx()) == Result(requeue=True)
+    inputs, writer = s.ctx()
+    assert await STEP.reconcile(inputs=inputs, writer=writer) == Result(requeue=True)
     assert s.service.methods() == ["vm_by_uuid", "resume_eject"]
     assert s.vsphere_writes() == []
     assert s.reason() == "EjectionFailed"
@@ -186,7 +188,8 @@ async def test_a_record_in_an_unknown_phase_is_kept_and_nothing_is_sent_to_vsphe
 
 async def test_a_disconnect_still_running_in_an_unknown_phase_is_waited_for_and_finished() -> None:
     s = with_unknown_record(es.FakeVm(running=3000))
-    assert await STEP.reconcile(ctx=s.ctx()) is None
+    inputs, writer = s.ctx()
+    assert await STEP.reconcile(inputs=inputs, writer=writer) is None
     assert s.vsphere_writes() == []
     assert s.reason() == "Ejected"
     assert s.stored_record() is None
@@ -195,14 +198,17 @@ async def test_a_disconnect_still_running_in_an_unknown_phase_is_waited_for_and_
 async def test_a_lock_question_in_an_unknown_phase_is_left_unanswered() -> None:
     vm = es.FakeVm(running=3000, questions=[es.question("_vmx1")])
     s = with_unknown_record(vm, questionID="_vmx1")
-    assert await STEP.reconcile(ctx=s.ctx()) == Result(requeue=True)
+    inputs, writer = s.ctx()
+    assert await STEP.reconcile(inputs=inputs, writer=writer) == Result(requeue=True)
     assert s.vsphere_writes() == []
     assert s.stored_record() is not None
 
 
 async def test_deletion_waits_for_a_record_in_an_unknown_phase() -> None:
     s = with_unknown_record(es.FakeVm())
-    ctx = s.ctx()
-    assert not await STEP.finish_before_delete(agent=ctx.agent, pool=ctx.pool, ctx=ctx)
+    inputs, writer = s.ctx()
+    assert not await STEP.finish_before_delete(
+        agent=inputs.agent, pool=inputs.pool, inputs=inputs, writer=writer
+    )
     assert s.vsphere_writes() == []
     assert s.stored_record() is not None

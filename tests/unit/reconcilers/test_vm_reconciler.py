@@ -11,7 +11,7 @@ from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.ejection import ejection
 from agentforge.reconcilers.vm import vm
-from agentforge.reconcilers.vm.vm_context import VmContext
+from agentforge.reconcilers.vm.vm_context import VcenterHandle
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NS,
@@ -52,18 +52,28 @@ async def test_the_first_pass_writes_ready_and_iso_ejected_in_one_status_write()
     ]
 
 
-async def test_a_pass_never_decides_from_a_version_it_has_written_over() -> None:
+async def test_a_pass_reports_every_version_it_stored_for_the_read_your_writes_guard() -> None:
+    # The controller (kube.controller, tests/unit/kube/test_controller_stale_cache.py)
+    # skips a key while its cache shows a version these writes superseded.
     h = harness(pool_obj(), vsphere_agent_obj("va1"))
+    cached = h.api.find(kinds.VSPHERE_AGENT, NS, "va1")
+    assert cached is not None
+    started_from = cached["metadata"]["resourceVersion"]
     r = reconciler(h)
+    reported: list[tuple[ObjectKey, str]] = []
+    r.bind(lambda key, version: reported.append((key, version)))
     await r.reconcile(KEY)
-    h.api.calls.clear()
-    stale = await r.reconcile(KEY)  # the cache has not seen the writes yet
-    assert h.api.calls == []
-    assert stale is not None
-    assert stale.requeue_after == vm.CACHE_BEHIND_RECHECK_S
+    stored = h.api.find(kinds.VSPHERE_AGENT, NS, "va1")
+    assert stored is not None
+    assert [k for k, _ in reported] == [KEY, KEY]  # the finalizer, then the status
+    assert reported[-1][1] == stored["metadata"]["resourceVersion"]
+    assert started_from not in {v for _, v in reported}
     h.sync()
+    h.api.calls.clear()
+    reported.clear()
     assert await r.reconcile(KEY) is None  # caught up: steady, nothing to write
     assert h.api.calls == []
+    assert reported == []
 
 
 async def test_a_pass_without_a_pool_writes_its_condition_once() -> None:
@@ -132,10 +142,10 @@ async def test_a_bound_agent_of_another_vm_sharing_the_mac_holds_nothing(
         agent_obj("ours", bios_uuid=uuid(1), macs=[mac(1)]),
     )
 
-    async def service(self: VmContext) -> Any:
+    async def service(self: VcenterHandle) -> Any:
         return VmAlreadyGone()
 
-    monkeypatch.setattr(VmContext, "service", service)
+    monkeypatch.setattr(VcenterHandle, "service", service)
     assert await reconciler(h).reconcile(KEY) is None
     deleted = [c.name for c in h.api.calls if c.verb == "delete" and c.kind == "Agent"]
     assert deleted == ["ours"]
