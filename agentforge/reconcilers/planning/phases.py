@@ -9,7 +9,9 @@ agentRef, machineRef, identity, when it came to exist) and the Agent matched to 
   (DiscoveryTimeout); a VM that had an Agent before is Orphaned (AgentMissing) and
   its references are cleared;
 * an unbound Agent: Available, or Released when the VM was Bound or Released before
-  (AgentUnbound, MachineDeleting, MachineDeleted, from the recorded Machine);
+  (AgentUnbound, MachineDeleting, MachineDeleted, from the recorded Machine: found by
+  name, and a Machine of that name with another UID than the recorded one is a
+  re-created namesake, so the recorded one is deleted);
 * a bound Agent: Bound, or Released (MachineDeleting) while its Machine is deleted.
 
 `lastTransitionTime` moves only when the phase does. Pure: no I/O, no clock.
@@ -116,6 +118,12 @@ def _recorded_machine(va: VsphereAgentFacts, ctx: PhaseContext) -> str | None:
     return va.machine_ref
 
 
+def _another_machine(machine: MachineFacts, recorded_uid: str | None) -> bool:
+    """`machine` has the recorded Machine's name but not its UID: a namesake re-created
+    after the recorded one was deleted (a record without a UID proves nothing)."""
+    return bool(recorded_uid and machine.uid and machine.uid != recorded_uid)
+
+
 def _decide(
     va: VsphereAgentFacts, agent: AgentFacts | None, ctx: PhaseContext
 ) -> tuple[VMPhase, VMReason, Ref | None, Ref | None]:
@@ -162,7 +170,8 @@ def _decide(
             )
             return VMPhase.RELEASED, reason, agent_ref, None
         machine = ctx.machines.get(recorded)
-        if machine is None:
+        if machine is None or _another_machine(machine, va.machine_ref_uid):
+            # gone, or re-created under its name: the Machine the VM served is gone
             return VMPhase.RELEASED, VMReason.MACHINE_DELETED, agent_ref, Ref(recorded)
         current = Ref(machine.name, machine.uid or None)
         if machine.deleting:

@@ -218,6 +218,9 @@ class VsphereAgentFacts:
     machine_ref: str | None
     machine_ref_namespace: str | None
     """The recorded Machine's namespace, when the record names one."""
+    machine_ref_uid: str | None
+    """The recorded Machine's UID, when the record names one: a Machine re-created
+    under that name is another Machine."""
     last_transition: datetime | None
     created_at: datetime | None
     ready_since: datetime | None
@@ -279,6 +282,10 @@ def _ref_name(value: object) -> str | None:
 
 def _ref_namespace(value: object) -> str | None:
     return _str(value.get("namespace")) if isinstance(value, Mapping) else None
+
+
+def _ref_uid(value: object) -> str | None:
+    return _str(value.get("uid")) if isinstance(value, Mapping) else None
 
 
 def _local_ref_name(value: object, *, namespace: str) -> str | None:
@@ -345,6 +352,7 @@ def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
         agent_ref=_local_ref_name(vm.get("agentRef"), namespace=namespace),
         machine_ref=_ref_name(vm.get("machineRef")),
         machine_ref_namespace=_ref_namespace(vm.get("machineRef")),
+        machine_ref_uid=_ref_uid(vm.get("machineRef")),
         last_transition=parse_time(vm.get("lastTransitionTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         ready_since=ready_since,

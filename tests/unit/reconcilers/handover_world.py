@@ -3,8 +3,9 @@
 `Model` keeps raw objects as the cache would (through `planner_support.World`) and
 plays each party by hand, one step at a time:
 
-* CAPI creates AgentMachines (each with its Machine; a name may come back with a new
-  UID), deletes them at once or after marking the Machine deleting (a
+* CAPI creates AgentMachines (each with its Machine; a name may come back, and then
+  the AgentMachine and its Machine have new UIDs, as the API server gives them),
+  deletes them at once or after marking the Machine deleting (a
   MachineHealthCheck remediation, a rollout), unbinds their Agents first, and binds
   an AgentMachine that waits to an approved, unbound Agent carrying every label of
   its selector (the pool labels, and the selection label once pinned);
@@ -99,7 +100,10 @@ class Model:
         am["metadata"]["creationTimestamp"] = format_time(self.now + timedelta(seconds=n))
         if pinned:
             self.pin_one(am)
-        self.world.add(am, machine_obj(f"m-{name}", infra=name))
+        machine = machine_obj(f"m-{name}", infra=name)
+        # a re-created namesake is a new object: the API server gives it a new UID
+        machine["metadata"]["uid"] = f"uid-machine-m-{name}-{n}"
+        self.world.add(am, machine)
         return name
 
     def delete_agent_machine(self, name: str, *, via_machine: bool) -> None:

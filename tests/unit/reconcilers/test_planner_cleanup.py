@@ -262,3 +262,27 @@ def test_a_bound_agent_sharing_only_the_mac_of_another_vm_blocks_nothing() -> No
                   labels={names.LABEL_NODEPOOL: "another-nodepool"}),
     )  # fmt: skip
     assert deleted(world) == {"am-1": None}
+
+
+def _released_for(machine_uid: str) -> World:
+    """A once-bound VM whose Agent was unbound, recorded for Machine machine-1 of
+    `machine_uid`; Machine machine-1 exists (UID uid-machine-machine-1)."""
+    va = vsphere_agent_obj(
+        "am-1", bios_uuid=uuid(1), phase="Released", reason="AgentUnbound",
+        agent_ref="a1", machine_ref="machine-1",
+    )  # fmt: skip
+    va["status"]["vm"]["machineRef"]["uid"] = machine_uid
+    return World().add(va, agent_obj("a1", bios_uuid=uuid(1)), machine_obj("machine-1"))
+
+
+def test_a_released_vm_whose_machine_was_recreated_under_its_name_is_deleted() -> None:
+    # the namesake is another Machine: the one the VM served is gone
+    plan = _released_for("uid-of-the-deleted-machine").plan()
+    assert (plan.vms[0].phase, plan.vms[0].reason) == (VMPhase.RELEASED, VMReason.MACHINE_DELETED)
+    assert {d.vsphere_agent: d.agent for d in plan.deletions} == {"am-1": "a1"}
+
+
+def test_a_released_vm_whose_recorded_machine_still_exists_is_kept() -> None:
+    plan = _released_for("uid-machine-machine-1").plan()
+    assert (plan.vms[0].phase, plan.vms[0].reason) == (VMPhase.RELEASED, VMReason.AGENT_UNBOUND)
+    assert plan.deletions == ()

@@ -233,3 +233,23 @@ class AgentMachineChurnWithSpares(AgentMachineChurn):
 
 AgentMachineChurnWithSpares.TestCase.settings = AgentMachineChurn.TestCase.settings
 test_vm_count_with_spares_stays_bounded_and_converges = AgentMachineChurnWithSpares.TestCase
+
+
+def test_a_bound_agent_machine_recreated_under_its_name_leaves_no_vm_behind() -> None:
+    """Regression (a saved hypothesis example, shrunk by hand): an AgentMachine bound to
+    the Agent of a VM made for another is deleted with its Machine, and both come back
+    under the same names before the planner runs. The old VM is Released (its Agent was
+    bound), never handed over, and must go with the Machine it served: the namesake
+    Machine (another UID) is not that one. It waited for its deletion: a VM too many."""
+    state = AgentMachineChurn()
+    state.start(n=2, pinned=False)
+    state.plan()
+    state.progress(1)  # only am-2's VM comes up; am-1, older, binds to its Agent
+    state.progress(1)
+    state.plan()
+    state.bind()
+    state.plan()
+    state.recreate_same_name(0)  # am-1 (and m-am-1) deleted and created again
+    state.plan()
+    state.teardown()
+    assert state.checked == 4
