@@ -84,23 +84,9 @@ async def _start(session: Session, request: VmRequest, slot: Slot) -> Started:
     resolved = await placement.resolve(session, request.placement)
     folder = await placement.ensure_folder(session, resolved)
     subject = f"VM {request.name}"
-    index = session.content.searchIndex
-    taken = await session.call(
-        lambda: index.FindChild(entity=folder, name=request.name), subject=subject, action="find"
-    )
-    if taken is not None:
+    spec = await _spec_unless_taken(session, resolved, folder, request)
+    if spec is None:
         return Started(existing=await _existing(session, request))
-    ds_ref, ds_name = await _recommend(session, resolved, folder, request)
-    spec = specs.create_spec(
-        name=request.name,
-        hardware=request.hardware,
-        network=resolved.network,
-        datastore_name=ds_name,
-        datastore_ref=ds_ref,
-        iso_file=request.iso_file,
-        markers=request.markers,
-        bios_uuid=request.bios_uuid,
-    )
     try:
         task = await session.call(
             lambda: folder.CreateVM_Task(config=spec, pool=resolved.resource_pool),
@@ -148,23 +134,9 @@ async def _create(
     resolved = await placement.resolve(session, request.placement)
     folder = await placement.ensure_folder(session, resolved)
     subject = f"VM {request.name}"
-    index = session.content.searchIndex
-    taken = await session.call(
-        lambda: index.FindChild(entity=folder, name=request.name), subject=subject, action="find"
-    )
-    if taken is not None:
+    spec = await _spec_unless_taken(session, resolved, folder, request)
+    if spec is None:
         return await _adopt_existing(session, request)
-    ds_ref, ds_name = await _recommend(session, resolved, folder, request)
-    spec = specs.create_spec(
-        name=request.name,
-        hardware=request.hardware,
-        network=resolved.network,
-        datastore_name=ds_name,
-        datastore_ref=ds_ref,
-        iso_file=request.iso_file,
-        markers=request.markers,
-        bios_uuid=request.bios_uuid,
-    )
     try:
         ref = await tasks.run_task(
             session,
@@ -187,6 +159,32 @@ async def _create(
     if got.bios_uuid:
         session.cache.vms[got.bios_uuid] = ref
     return got
+
+
+async def _spec_unless_taken(
+    session: Session, resolved: placement.ResolvedPlacement, folder: Any, request: VmRequest
+) -> Any | None:
+    """The create spec (datastore recommended), or None when the folder already holds
+    a VM of that name (the callers decide whether it is ours)."""
+    index = session.content.searchIndex
+    taken = await session.call(
+        lambda: index.FindChild(entity=folder, name=request.name),
+        subject=f"VM {request.name}",
+        action="find",
+    )
+    if taken is not None:
+        return None
+    ds_ref, ds_name = await _recommend(session, resolved, folder, request)
+    return specs.create_spec(
+        name=request.name,
+        hardware=request.hardware,
+        network=resolved.network,
+        datastore_name=ds_name,
+        datastore_ref=ds_ref,
+        iso_file=request.iso_file,
+        markers=request.markers,
+        bios_uuid=request.bios_uuid,
+    )
 
 
 def refused_by_vcenter(exc: errors.VsphereError) -> bool:
