@@ -426,14 +426,14 @@ async def first_to_log(
 # --- probe mode ---------------------------------------------------------------------------
 
 
-def _probe_factory(runtime: Any) -> Any:
+def _probe_factory(deps: Any) -> Any:
     """A controller reconciling Agents that only measures how late it is called."""
     from agentforge.api import kinds  # noqa: PLC0415 (probe mode only)
     from agentforge.kube.controller import Controller, Watch  # noqa: PLC0415
     from agentforge.kube.informer import EventHandler  # noqa: PLC0415
     from agentforge.kube.store import object_key  # noqa: PLC0415
 
-    informer = runtime.informers[kinds.AGENT]
+    informer = deps.informer(kinds.AGENT)
     log = logging.getLogger("sim.operator.probe")
     seen: dict[str, str] = {}
     delivered: dict[str, float] = {}  # key -> when the informer handed the event over
@@ -471,7 +471,7 @@ def _probe_factory(runtime: Any) -> Any:
         name="probe",
         reconcile=reconcile,
         watches=[Watch(source=informer)],
-        workers=runtime.settings.max_concurrent_reconciles,
+        workers=deps.workers,
     )
 
 
@@ -479,6 +479,7 @@ def _probe_main(argv: Sequence[str]) -> int:
     import argparse  # noqa: PLC0415
 
     from agentforge import app, settings  # noqa: PLC0415
+    from agentforge.reconcilers import registry  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m sim.operator")
     settings.add_run_arguments(parser)
@@ -487,7 +488,9 @@ def _probe_main(argv: Sequence[str]) -> int:
     except settings.SettingsError as exc:
         print(f"sim.operator: error: {exc}", file=sys.stderr)
         return 2
-    return app.main(config, controllers=[*app.CONTROLLERS, _probe_factory])
+    return app.main(
+        config, controllers=lambda deps: [*registry.controllers(deps), _probe_factory(deps)]
+    )
 
 
 if __name__ == "__main__":

