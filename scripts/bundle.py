@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ import yaml
 
 from agentforge import __version__
 from agentforge.settings import OPTIONS
-from scripts import bundle_csv, kustomize
+from scripts import bundle_csv, generated, kustomize
 
 __all__ = ["BUNDLE", "main", "render"]
 
@@ -216,23 +215,7 @@ def render(image: str | None = None) -> dict[Path, str]:
 
 
 def _drift(files: dict[Path, str]) -> str:
-    chunks: list[str] = []
-    present = {p for p in BUNDLE.rglob("*") if p.is_file()} if BUNDLE.exists() else set()
-    for path in sorted(present - set(files)):
-        chunks.append(f"{path.relative_to(REPO)}: not generated any more (run `make bundle`)\n")
-    for path, wanted in sorted(files.items()):
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != wanted:
-            rel = path.relative_to(REPO)
-            chunks.extend(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    wanted.splitlines(keepends=True),
-                    fromfile=f"{rel} (committed)",
-                    tofile=f"{rel} (generated)",
-                )
-            )
-    return "".join(chunks)
+    return generated.tree_drift(BUNDLE, files, target="bundle")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import difflib
 import json
 import re
 import sys
@@ -42,7 +41,7 @@ from typing import Any
 import yaml
 
 from agentforge import __version__
-from scripts import chart_templates, kustomize
+from scripts import chart_templates, generated, kustomize
 
 __all__ = ["CHART", "main", "render"]
 
@@ -280,23 +279,7 @@ def render() -> dict[Path, str]:
 
 
 def _drift(files: dict[Path, str]) -> str:
-    chunks: list[str] = []
-    present = {p for p in CHART.rglob("*") if p.is_file()} if CHART.exists() else set()
-    for path in sorted(present - set(files)):
-        chunks.append(f"{path.relative_to(REPO)}: not generated any more (run `make chart`)\n")
-    for path, wanted in sorted(files.items()):
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != wanted:
-            rel = path.relative_to(REPO)
-            chunks.extend(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    wanted.splitlines(keepends=True),
-                    fromfile=f"{rel} (committed)",
-                    tofile=f"{rel} (generated)",
-                )
-            )
-    return "".join(chunks)
+    return generated.tree_drift(CHART, files, target="chart")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
