@@ -277,20 +277,10 @@ async def stamp(
 ) -> facts.VmFacts:
     """Write our markers on an unmarked VM (adoption); no-op when already ours."""
     with metrics.counted("vm", "stamp") as outcome:
-        got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
-        if got is None:
-            raise errors.NotFound(
-                f"VM with BIOS UUID {bios_uuid} not found in datacenter {datacenter_name}",
-                subject=f"VM {bios_uuid}",
-            )
-        verdict = markers.verdict(found=got.markers, expected=wanted)
-        if verdict is markers.Verdict.FOREIGN:
-            raise errors.OwnershipMismatch(
-                f"VM {got.name} carries another owner's markers; not stamping "
-                f"{wanted.describe()} over them",
-                subject=f"VM {got.name}",
-            )
-        if verdict is markers.Verdict.OURS:
+        got, ours = await _to_stamp(
+            session, datacenter_name=datacenter_name, bios_uuid=bios_uuid, wanted=wanted
+        )
+        if ours:
             outcome.result = "already_ours"
             return got
         ref = ref_of(session, got.moid)
@@ -302,6 +292,27 @@ async def stamp(
             action="stamp ownership markers on",
         )
         return (await fetch(session, [ref]))[got.moid]
+
+
+async def _to_stamp(
+    session: Session, *, datacenter_name: str, bios_uuid: str, wanted: markers.OwnershipMarkers
+) -> tuple[facts.VmFacts, bool]:
+    """The VM to stamp and whether it carries our markers already; a VM that is gone
+    or carries another owner's markers is refused."""
+    got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
+    if got is None:
+        raise errors.NotFound(
+            f"VM with BIOS UUID {bios_uuid} not found in datacenter {datacenter_name}",
+            subject=f"VM {bios_uuid}",
+        )
+    verdict = markers.verdict(found=got.markers, expected=wanted)
+    if verdict is markers.Verdict.FOREIGN:
+        raise errors.OwnershipMismatch(
+            f"VM {got.name} carries another owner's markers; not stamping "
+            f"{wanted.describe()} over them",
+            subject=f"VM {got.name}",
+        )
+    return got, verdict is markers.Verdict.OURS
 
 
 async def start_stamp(
@@ -316,20 +327,10 @@ async def start_stamp(
     (followed), or None when the VM is ours already. `slot` is bound or released."""
     try:
         with metrics.failures("vm", "stamp"):
-            got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
-            if got is None:
-                raise errors.NotFound(
-                    f"VM with BIOS UUID {bios_uuid} not found in datacenter {datacenter_name}",
-                    subject=f"VM {bios_uuid}",
-                )
-            verdict = markers.verdict(found=got.markers, expected=wanted)
-            if verdict is markers.Verdict.FOREIGN:
-                raise errors.OwnershipMismatch(
-                    f"VM {got.name} carries another owner's markers; not stamping "
-                    f"{wanted.describe()} over them",
-                    subject=f"VM {got.name}",
-                )
-            if verdict is markers.Verdict.OURS:
+            got, ours = await _to_stamp(
+                session, datacenter_name=datacenter_name, bios_uuid=bios_uuid, wanted=wanted
+            )
+            if ours:
                 return got, None
             ref = ref_of(session, got.moid)
             spec = specs.stamp_spec(wanted)
