@@ -201,7 +201,14 @@ async def test_facts_of_many_vms_cost_one_request(
     got = await service.vms_by_uuid(datacenter="dc1", bios_uuids=uuids)
     after = await vcsim.control.counters()
     assert sorted(got) == sorted(uuids)
-    assert sum(after["methods"].values()) - sum(before["methods"].values()) == 1
+    # The task watcher may still be finishing its last poll of the creates' tasks.
+    watcher = {"WaitForUpdatesEx", "CancelWaitForUpdates", "ModifyListView"}
+    changed = {
+        m: support.method_delta(before, after, m)
+        for m in after["methods"]
+        if m not in watcher and support.method_delta(before, after, m)
+    }
+    assert sum(changed.values()) == 1, changed
 
 
 async def test_lookup_by_uuid_in_a_fresh_session_finds_the_vm(
