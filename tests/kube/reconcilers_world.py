@@ -417,17 +417,30 @@ class World:
 
     # --- controllers --------------------------------------------------------------------
 
+    async def _cache_current(self, kind: kinds.Kind, name: str) -> bool:
+        """Does the informer hold the API server's current version of `name`?"""
+        current = await self.get(kind, name)
+        cached = self.informers[kind].get(namespace=self.namespace, name=name)
+        version = ((current or {}).get("metadata") or {}).get("resourceVersion")
+        seen = ((cached or {}).get("metadata") or {}).get("resourceVersion")
+        return version is not None and version == seen
+
+    async def caught_up(self, kind: kinds.Kind, name: str) -> None:
+        """Wait until the informers hold the API server's current version of `name`, as
+        a process that starts now would list it."""
+
+        async def check() -> bool:
+            return await self._cache_current(kind, name)
+
+        await self.wait_for(f"the informer to hold {kind.kind} {name} as stored", check)
+
     async def settled(self, kind: kinds.Kind, name: str, controller: Controller) -> None:
         """Wait until the cache holds the API server's current version of `name` and
         `controller` is idle: it has seen (and reconciled) its own last write."""
 
         async def check() -> bool:
-            current = await self.get(kind, name)
-            cached = self.informers[kind].get(namespace=self.namespace, name=name)
-            version = ((current or {}).get("metadata") or {}).get("resourceVersion")
-            seen = ((cached or {}).get("metadata") or {}).get("resourceVersion")
             idle = len(controller.queue) == 0 and not controller.queue.processing
-            return version is not None and version == seen and idle
+            return await self._cache_current(kind, name) and idle
 
         await self.wait_for(f"{controller.name} to see {kind.kind} {name} as stored", check)
 

@@ -286,6 +286,8 @@ async def test_a_status_an_older_version_wrote_is_rewritten_without_a_download(
         await world.kube.patch_status(
             POOL, namespace=world.namespace, name="pool", patch={"status": {"iso": legacy}}
         )
+        # The informers outlive `world.run`; a new process would list the patched status.
+        await world.caught_up(POOL, "pool")
         requests = world.iso.requests
         async with world.run(vm_controller=False):  # the new version starts
 
