@@ -185,6 +185,18 @@ class Vcsim:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def exit_report(self) -> str:
+        """How a simulator that should be running ended: its exit status and log tail."""
+        process = self._process
+        status = "not started" if process is None else f"exit status {process.poll()}"
+        log = self.workdir / "vcsim-af.log" if self.workdir is not None else None
+        return f"vcsim-af ended ({status}); log {log}:\n{_tail(log) if log else '(none)'}"
+
+    def restart(self) -> Self:
+        """A fresh simulator with the same inventory (a new port and certificate)."""
+        self.stop()
+        return self.start()
+
     def __enter__(self) -> Self:
         return self.start()
 

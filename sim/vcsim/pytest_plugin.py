@@ -5,7 +5,9 @@
   end. A missing binary fails the test with the `make vcsim` hint; never a skip.
 - after every test that used `vcsim` (directly or through another fixture), the
   simulator's faults, delays, door locks, counters and request log are reset, so a
-  scripted failure a test did not consume cannot hit the next test.
+  scripted failure a test did not consume cannot hit the next test. A simulator that
+  died during the test fails that test with its exit status and log tail and is
+  restarted (on a new port), so one crash does not error every later test.
 - `vcsim_control` (function): the `VcsimControl`, reset before the test as well, so
   counters and the log hold only the test's own requests.
 - `vcsim_factory` (function): starts private simulators (`vcsim_factory(vms=1, ...)`)
@@ -54,6 +56,13 @@ def _vcsim_reset_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
         simulator: Vcsim = request.getfixturevalue("vcsim")
         if simulator.running():
             simulator.control.reset_blocking()
+            return
+        # The shared simulator died during this test: say so with its log, and start a
+        # new one so one crash costs this test, not every later one.
+        report = simulator.exit_report()
+        simulator.restart()
+        _report(request.config, f"vcsim restarted at {simulator.url}")
+        pytest.fail(f"the shared simulator died during this test: {report}")
 
 
 @pytest.fixture

@@ -575,6 +575,27 @@ def test_stop_ends_the_process_and_removes_the_workdir() -> None:
     assert not workdir.exists()
 
 
+def test_a_dead_simulator_reports_how_it_ended_and_restarts_with_the_same_inventory() -> None:
+    simulator = Vcsim(hosts=3).start()
+    try:
+        first = simulator.url
+        os.kill(simulator.pid, signal.SIGKILL)
+        deadline = time.monotonic() + DEADLINE_S
+        while simulator.running() and time.monotonic() < deadline:  # reaped by Popen.poll
+            time.sleep(0.05)
+        assert not simulator.running()
+        report = simulator.exit_report()
+        assert f"exit status -{int(signal.SIGKILL)}" in report
+        assert "vcsim-af.log" in report
+        simulator.restart()
+        assert simulator.running()
+        assert simulator.url != first  # a new port: clients must read it again
+        hosts = simulator.govc("find", "/", "-type", "h").split()
+        assert len(hosts) == 3, hosts
+    finally:
+        simulator.stop()
+
+
 def test_the_simulator_exits_when_the_python_process_that_started_it_dies(tmp_path: Path) -> None:
     script = (
         "import sys, time\n"
