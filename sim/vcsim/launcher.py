@@ -185,6 +185,11 @@ class Vcsim:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def _started_workdir(self) -> Path:
+        if self.workdir is None:
+            raise RuntimeError("vcsim is not started")
+        return self.workdir
+
     def exit_report(self) -> str:
         """How a simulator that should be running ended: its exit status and log tail."""
         process = self._process
@@ -293,7 +298,7 @@ class Vcsim:
             # No session reuse across runs: a cached cookie from an earlier simulator on
             # the same port would hide logins from the counters tests read.
             "GOVC_PERSIST_SESSION": "false",
-            "GOVMOMI_HOME": str(self.workdir / "govmomi"),
+            "GOVMOMI_HOME": str(self._started_workdir() / "govmomi"),
         }
         if self._single_datacenter:
             env["GOVC_DATACENTER"] = "dc1"
