@@ -9,8 +9,9 @@ tests flaky in ways that point at the wrong test:
 - child processes: a test fails (at teardown) when a child of the pytest process
   that appeared after its fixtures were set up is still running once its function
   fixtures are torn down. Processes of session/module fixtures started for the test
-  already exist at that point and are not counted. Leftovers get a short grace
-  period to exit, are then killed, and named in the failure.
+  already exist at that point and are not counted, nor are processes a session
+  fixture registers with `long_lived` when it (re)starts one mid-test. Leftovers
+  get a short grace period to exit, are then killed, and named in the failure.
 
 Both checks are cheap: one `asyncio.all_tasks()` and one process-table walk per test.
 """
@@ -111,11 +112,20 @@ def _describe_process(process: psutil.Process) -> str:
         return f"pid {process.pid}"
 
 
+_long_lived: set[int] = set()
+
+
+def long_lived(pid: int) -> None:
+    """Exempt `pid` from the check: a session fixture's process started during a test
+    (the shared simulator restarted after it died) is not that test's leftover."""
+    _long_lived.add(pid)
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_child_processes() -> Iterator[None]:
     before = _children()
     yield
-    new = [p for key, p in _children().items() if key not in before]
+    new = [p for key, p in _children().items() if key not in before and p.pid not in _long_lived]
     if not new:
         return
     descriptions = [_describe_process(p) for p in new]

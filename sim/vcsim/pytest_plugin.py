@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from sim import testing
 from sim.vcsim.control import VcsimControl
 from sim.vcsim.launcher import Vcsim
 
@@ -61,6 +62,7 @@ def _vcsim_reset_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
         # new one so one crash costs this test, not every later one.
         report = simulator.exit_report()
         simulator.restart()
+        testing.long_lived(simulator.pid)
         _report(request.config, f"vcsim restarted at {simulator.url}")
         pytest.fail(f"the shared simulator died during this test: {report}")
 
