@@ -9,7 +9,9 @@ Promises (controller-runtime's controller, in asyncio):
 * Workers start only after every watched informer has synced, so a reconcile never
   sees a half-filled cache. Events arriving earlier are queued, not lost.
 * At most `workers` reconciles run at once and never two for the same key (the
-  queue's guarantee).
+  queue's guarantee). With a `fairness(key)` function the queue hands keys out in
+  turn between the groups it names (the vm controller: one group per pool), so one
+  group's burst does not hold up another group's key.
 * `reconcile(key)` returns `Result` (or None): `requeue_after` schedules the key
   again after that delay (and resets its backoff), `requeue` retries it with the
   rate limiter; an exception is logged with the key and retried rate-limited;
@@ -48,7 +50,7 @@ from prometheus_async import aio
 from prometheus_client import Counter, Histogram
 
 from agentforge.kube.informer import EventHandler
-from agentforge.kube.queue import ShutDown, WorkQueue
+from agentforge.kube.queue import Fairness, ShutDown, WorkQueue
 from agentforge.kube.ratelimit import Clock, RateLimiter
 from agentforge.kube.store import ObjectKey, object_key
 
@@ -174,12 +176,14 @@ class Controller:
         cache: Cache | None = None,
         stale_recheck: float = STALE_RECHECK_S,
         stale_timeout: float = STALE_TIMEOUT_S,
+        fairness: Fairness[ObjectKey] | None = None,
     ) -> None:
+        """`fairness`: the group a key takes turns in (`WorkQueue`); None: one FIFO."""
         if workers < 1:
             raise ValueError("a controller needs at least one worker")
         self.name = name
         self.queue: WorkQueue[ObjectKey] = WorkQueue(
-            name=name, rate_limiter=rate_limiter, clock=clock
+            name=name, rate_limiter=rate_limiter, clock=clock, fairness=fairness
         )
         self._clock = self.queue.clock  # one clock for the queue and these metrics
         self._reconcile = reconcile

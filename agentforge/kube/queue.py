@@ -17,6 +17,14 @@ Promises (client-go `util/workqueue` `queue.go`, `delaying_queue.go`,
 * `shutdown(drain=True)` stops handing out keys (`get()` raises `ShutDown`; queued
   and delayed keys are dropped: the next process relists and requeues them) and
   waits until every key being processed is `done`.
+* **Fair between groups** (optional `fairness(key)`, e.g. a VsphereAgent's pool): keys
+  wait in a FIFO per group and `get()` takes the groups in turn (round robin; a group
+  with nothing queued leaves the turn order and rejoins at its back), so a group
+  with one key queued behind another group's hundreds is handed out within one turn
+  of the groups, not after them all. Without `fairness` every key is in one group:
+  plain FIFO, as client-go's queue. (controller-runtime's priority queue and
+  Kubernetes' API Priority and Fairness use the same idea: queues per flow, served
+  in turn.)
 * Metrics with client-go's names and a `name` label: depth, adds, queue and work
   duration, retries, unfinished work and longest running processor.
 
@@ -29,16 +37,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from agentforge.kube.ratelimit import Clock, RateLimiter, default_controller_limiter
 
-__all__ = ["ShutDown", "WorkQueue"]
+__all__ = ["Fairness", "ShutDown", "WorkQueue"]
 
 K = TypeVar("K", bound=Hashable)
+
+Fairness = Callable[[K], Hashable]
+"""The group a key takes turns in (read when the key is queued)."""
 
 _BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
 
@@ -82,7 +93,8 @@ def _loop_clock() -> float:
 
 
 class WorkQueue(Generic[K]):
-    """A deduplicating, exclusive, rate-limited, delaying queue of keys."""
+    """A deduplicating, exclusive, rate-limited, delaying queue of keys, fair between
+    the groups `fairness` puts them in."""
 
     def __init__(
         self,
@@ -90,13 +102,18 @@ class WorkQueue(Generic[K]):
         name: str,
         rate_limiter: RateLimiter[K] | None = None,
         clock: Clock | None = None,
+        fairness: Fairness[K] | None = None,
     ) -> None:
         self.name = name
         self._clock = clock or _loop_clock
         self._limiter: RateLimiter[K] = rate_limiter or default_controller_limiter(
             clock=self._clock
         )
-        self._queue: collections.deque[K] = collections.deque()
+        self._fairness = fairness
+        self._groups: collections.OrderedDict[Hashable, collections.deque[K]] = (
+            collections.OrderedDict()
+        )  # group -> its queued keys, in turn order (the next group first)
+        self._queued = 0
         self._dirty: set[K] = set()
         self._processing: dict[K, float] = {}  # key -> when processing started
         self._added_at: dict[K, float] = {}  # dirty key -> when first added
@@ -159,7 +176,7 @@ class WorkQueue(Generic[K]):
 
     async def get(self) -> K:
         """The next key, marked processing; raises `ShutDown` once shutting down."""
-        while not self._queue:
+        while not self._queued:
             if self._shutting_down:
                 raise ShutDown
             getter = asyncio.get_running_loop().create_future()
@@ -174,7 +191,7 @@ class WorkQueue(Generic[K]):
                 raise
         if self._shutting_down:
             raise ShutDown
-        key = self._queue.popleft()
+        key = self._pop()
         self._depth.dec()
         now = self._clock()
         self._processing[key] = now
@@ -211,8 +228,9 @@ class WorkQueue(Generic[K]):
             for _, handle in self._delayed.values():
                 handle.cancel()
             self._delayed.clear()
-            self._depth.dec(len(self._queue))
-            self._queue.clear()
+            self._depth.dec(self._queued)
+            self._groups.clear()
+            self._queued = 0
             self._dirty.clear()
             self._added_at.clear()
             while self._getters:
@@ -227,7 +245,7 @@ class WorkQueue(Generic[K]):
     # --- introspection ----------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return self._queued
 
     @property
     def processing(self) -> frozenset[K]:
@@ -249,9 +267,24 @@ class WorkQueue(Generic[K]):
     # --- internals --------------------------------------------------------------------
 
     def _push(self, key: K) -> None:
-        self._queue.append(key)
+        group = self._fairness(key) if self._fairness is not None else None
+        queue = self._groups.get(group)
+        if queue is None:
+            queue = self._groups[group] = collections.deque()  # joins the turns at the back
+        queue.append(key)
+        self._queued += 1
         self._depth.inc()
         self._wake_one()
+
+    def _pop(self) -> K:
+        """The next group's oldest key; that group goes to the back of the turns."""
+        group, queue = next(iter(self._groups.items()))
+        key = queue.popleft()
+        del self._groups[group]
+        if queue:
+            self._groups[group] = queue
+        self._queued -= 1
+        return key
 
     def _wake_one(self) -> None:
         while self._getters:

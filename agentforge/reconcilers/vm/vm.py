@@ -26,6 +26,12 @@ generation, UID, deletion or cached ISO path changed); Agents (-> the VsphereAge
 is theirs: a bound Agent holds a deletion, and the ejection feature reacts to
 installation).
 
+Fair between pools: the work queue hands keys out in turn between pools
+(`kube.queue.WorkQueue` fairness, the key's `spec.poolRef`), as the vCenter task
+slots do, so a pool asking for one VM during another pool's burst of hundreds is
+reconciled within one turn of the pools at each step of its task chain, not after
+the burst's keys.
+
 Status writes: one per pass where the steps allow it (`vm_context.StatusWriter`:
 conditions and a new VM's identity ride along with the pass's next write, or go at its
 end). Read your writes: the writer reports every version it stored to the controller
@@ -240,6 +246,15 @@ def controller(
             ]
         return pool_specs.keys_of(found)
 
+    def pool_of(key: ObjectKey) -> str:
+        """The pool a VsphereAgent's key takes turns in (`WorkQueue` fairness); a key
+        no longer cached goes with the keys of no pool."""
+        raw = agents.get_by_key(key)
+        if raw is None:
+            return ""
+        pool = ((raw.get("spec") or {}).get("poolRef") or {}).get("name") or ""
+        return f"{(raw.get('metadata') or {}).get('namespace', '')}/{pool}"
+
     built = Controller(
         name=CONTROLLER_NAME,
         reconcile=reconciler.reconcile,
@@ -255,6 +270,7 @@ def controller(
         workers=deps.workers,
         rate_limiter=pool_specs.retry_limiter(base=retry_base),
         cache=agents,
+        fairness=pool_of,
     )
     reconciler.waits.bind(built.enqueue)
     reconciler.tasks.bind(built.enqueue)
