@@ -151,3 +151,18 @@ async def test_a_bound_agent_of_another_vm_sharing_the_mac_holds_nothing(
     assert deleted == ["ours"]
     assert "VMDeleting" not in h.events.reasons()
     assert h.api.find(kinds.VSPHERE_AGENT, NS, "va1") is None  # finalizer removed
+
+
+async def test_the_vm_controllers_queue_takes_turns_between_pools() -> None:
+    """A pool's one VsphereAgent queued behind another pool's burst is handed out
+    second, not after the burst (the queue's fairness key is the VsphereAgent's pool)."""
+    burst = [vsphere_agent_obj(f"big{i}", pool_name="big") for i in range(50)]
+    h = harness(*burst, vsphere_agent_obj("one", pool_name="small"))
+    built = vm.controller(h.deps)
+    for i in range(50):
+        built.enqueue(ObjectKey(f"{NS}/big{i}"))
+    built.enqueue(ObjectKey(f"{NS}/one"))
+    built.enqueue(ObjectKey(f"{NS}/gone"))  # not cached: the group of no pool
+    order = [await built.queue.get() for _ in range(len(built.queue))]
+    assert order[:3] == [ObjectKey(f"{NS}/big0"), ObjectKey(f"{NS}/one"), ObjectKey(f"{NS}/gone")]
+    assert order[3:] == [ObjectKey(f"{NS}/big{i}") for i in range(1, 50)]
