@@ -342,12 +342,6 @@ async def _wait_for_ctrl_c() -> None:
     await stop.wait()
 
 
-def _reconcilers_wired() -> bool:
-    from agentforge import app  # noqa: PLC0415 (the demo runs without them too)
-
-    return bool(app.CONTROLLERS)
-
-
 async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
     with console.status("installing CRDs and RBAC generated from the code"):
         kubeconfig = await asyncio.to_thread(install_operator, cp)
@@ -373,14 +367,6 @@ async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
             leader = await first_to_log(ops, "became leader", within=60)
         await _show_replicas(api, ops)
         standby = ops[1] if leader is ops[0] else ops[0]
-        if not _reconcilers_wired():
-            console.print("[yellow]no reconciler is wired into the operator yet: nothing to scale")
-            if keep:
-                _how_to_use(cp, vc, ops, state, reader)
-                await _wait_for_ctrl_c()
-            else:
-                await _hand_over(api, leader, standby)
-            return 0
         await _set_up_world(world)
         await cp.proxy.reset_counts()
         await vc.control.clear_request_log()
