@@ -47,7 +47,7 @@ from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers import registry
-from agentforge.reconcilers.common import event_groups
+from agentforge.reconcilers.common import event_groups, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.settings import Settings
@@ -156,6 +156,7 @@ def _informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Infor
             kind=kind,
             namespaces=namespaces,
             transform=cache_transform(kind),
+            parse=records.parser(kind),
             page_size=LIST_PAGE_SIZE,
         )
         for kind in CACHED_KINDS
