@@ -55,7 +55,9 @@ class AgentFacts:
     cluster_deployment: NamespacedName | None
     """The ClusterDeployment it is assigned to, namespace defaulted (`views.Agent`)."""
     bios_uuid: str | None
-    macs: frozenset[str]
+    macs: tuple[str, ...]
+    """Its distinct canonical MACs, sorted (a tuple: a record per cached Agent, and a
+    set of two costs four times the bytes; readers only ask membership)."""
     hostname: str
     """`spec.hostname` when set (we set it to the VM name), else the inventory's."""
     spec_hostname: str
@@ -77,7 +79,7 @@ def agent_facts(obj: JsonObj) -> AgentFacts:
         agent_machine_namespace=view.agent_machine_namespace,
         cluster_deployment=view.cluster_deployment,
         bios_uuid=view.bios_uuid,
-        macs=view.mac_addresses,
+        macs=tuple(sorted(view.mac_addresses)),
         hostname=view.spec.hostname or view.hostname,
         spec_hostname=view.spec.hostname,
         approved=view.spec.approved,
