@@ -1,5 +1,8 @@
 """The composition root: settings -> clients -> informers -> leader election -> controllers.
 
+What each setting makes of a part (informers, vSphere options, ISO access, the
+elector) is `agentforge.wiring`; this module opens, runs and closes them.
+
 What one operator process promises:
 
 * Informers for every kind the reconcilers read start at once, leader or not, each
@@ -36,12 +39,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import Info
 
-from agentforge import __version__, observability, secure_metrics, shutdown, vsphere
-from agentforge.api import kinds, rbac
-from agentforge.api import trim as api_trim
+from agentforge import __version__, observability, secure_metrics, shutdown, vsphere, wiring
+from agentforge.api import kinds
 from agentforge.kube import condition_log, leader
 from agentforge.kube import config as kube_config
-from agentforge.kube import trim as kube_trim
 from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
@@ -51,13 +52,24 @@ from agentforge.reconcilers.common import event_groups
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.settings import Settings
+from agentforge.wiring import (
+    CACHED_KINDS,
+    cache_transform,
+    iso_access,
+    login_policy,
+    vsphere_options,
+)
 
 __all__ = [
     "CACHED_KINDS",
     "DRAIN_TIMEOUT",
     "BuildControllers",
+    "cache_transform",
+    "iso_access",
+    "login_policy",
     "main",
     "run",
+    "vsphere_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,23 +77,7 @@ log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FATAL, EXIT_CONFIG = 0, 1, 2
 DRAIN_TIMEOUT = 5.0  # seconds reconciles in flight get to finish at shutdown
 EVENT_FLUSH_TIMEOUT = 3.0  # seconds the batched event counts get to be written at shutdown
-# Objects per LIST page. client-go's 500 costs ~25 MB of RSS for good: a page of 500
-# full Agents (~5 KB of JSON each) is parsed at once, and the freed memory stays
-# fragmented around the trimmed objects kept from it (bench/bench_memory.py).
-LIST_PAGE_SIZE = 100
 COMPONENT = "agent-forge"
-
-CACHED_KINDS: tuple[kinds.Kind, ...] = (
-    kinds.VSPHERE_AGENT_POOL,
-    kinds.VSPHERE_AGENT,
-    kinds.AGENT,
-    kinds.AGENT_MACHINE,
-    kinds.MACHINE,
-    kinds.INFRA_ENV,
-)
-
-for _kind in CACHED_KINDS:
-    rbac.needs(_kind, "list", "watch", why="informer cache the reconcilers read")
 
 BUILD_INFO = Info("agent_forge_build", "Version of the running operator.")
 
@@ -97,69 +93,6 @@ def main(settings: Settings, *, controllers: BuildControllers = registry.control
     (without waiting for threads still blocked on a vCenter socket)."""
     observability.configure_logging(level=settings.log_level, fmt=settings.log_format)
     return shutdown.leave(asyncio.run(run(settings, controllers=controllers)))
-
-
-def vsphere_options(settings: Settings) -> vsphere.SessionOptions:
-    """The session tunables the flags set (timeouts in seconds)."""
-    call_timeout = settings.vsphere_call_timeout.total_seconds()
-    return vsphere.SessionOptions(
-        max_workers=settings.vsphere_max_workers,
-        calls_per_second=settings.vsphere_qps,
-        burst=settings.vsphere_burst,
-        max_tasks_in_flight=settings.vsphere_max_tasks_in_flight,
-        connect_timeout_seconds=settings.vsphere_connect_timeout.total_seconds(),
-        login_timeout_seconds=settings.vsphere_login_timeout.total_seconds(),
-        http_timeout_seconds=call_timeout,
-        idle_close_seconds=settings.vsphere_session_idle_timeout.total_seconds(),
-        # the task waiter's long poll must end well before a request times out
-        wait_max_seconds=max(1, min(60, int(call_timeout / 2))),
-    )
-
-
-def login_policy(settings: Settings) -> vsphere.LoginPolicy:
-    """The lockout protection the flags set."""
-    return vsphere.LoginPolicy(
-        backoff_seconds=settings.vsphere_login_backoff.total_seconds(),
-        backoff_max_seconds=settings.vsphere_login_backoff_max.total_seconds(),
-        max_failed_logins=settings.vsphere_max_failed_logins,
-        window_seconds=settings.vsphere_failed_login_window.total_seconds(),
-    )
-
-
-def iso_access(settings: Settings, environ: Mapping[str, str]) -> vsphere.IsoAccess:
-    """How ISO downloads reach the image service: `--iso-max-size`, `--iso-ca-bundle`
-    and the proxy variables of `environ` (ValueError naming a variable that is no
-    proxy URL). vCenter connections never use a proxy."""
-    bundle = settings.iso_ca_bundle
-    return vsphere.IsoAccess(
-        limits=vsphere.IsoLimits(max_bytes=settings.iso_max_size),
-        proxies=vsphere.Proxies.from_environ(environ),
-        ca_bundle=vsphere.CaBundleFile(bundle) if bundle is not None else None,
-    )
-
-
-def cache_transform(kind: kinds.Kind) -> kube_trim.Transform:
-    """What the informer of `kind` keeps of each object: the kind's trim (which interns
-    keys and short strings and shares repeated small mappings, see `api.trim`; nothing
-    may copy its output again), else the default transform."""
-    trim = api_trim.BY_KIND.get(kind)
-    if trim is None:
-        return kube_trim.default_transform
-    return trim
-
-
-def _informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Informer]:
-    namespaces = settings.namespaces or None
-    return {
-        kind: Informer(
-            client=client,
-            kind=kind,
-            namespaces=namespaces,
-            transform=cache_transform(kind),
-            page_size=LIST_PAGE_SIZE,
-        )
-        for kind in CACHED_KINDS
-    }
 
 
 async def run(settings: Settings, *, controllers: BuildControllers = registry.controllers) -> int:
@@ -228,7 +161,7 @@ async def _start(
             status_observer=condition_log.ConditionLog().observe,  # logs that tell
         )
     )
-    informers = _informers(settings, client)
+    informers = wiring.informers(settings, client)
     probes = observability.Probes()
     probes.add_readiness_check(
         "informers-synced", lambda: all(i.has_synced for i in informers.values())
@@ -269,7 +202,7 @@ async def _start(
                 request_timeout=max(1.0, settings.retry_period.total_seconds()),
             )
         )
-        elector = _elector(settings, lease_client)
+        elector = wiring.elector(settings, lease_client)
     sessions = vsphere.SessionRegistry(
         options=vsphere_options(settings), policy=login_policy(settings)
     )
@@ -308,21 +241,6 @@ def _on_signal(signum: int, stop: asyncio.Event, deadline: shutdown.Deadline) ->
     log.info("received %s, shutting down", name, extra={"deadline_s": shutdown.SHUTDOWN_TIMEOUT_S})
     deadline.arm()
     stop.set()
-
-
-def _elector(settings: Settings, lease_client: KubeClient) -> leader.LeaderElector:
-    namespace = settings.leader_election_namespace
-    assert namespace is not None  # settings.load resolves it when leader_elect is set
-    return leader.LeaderElector(
-        store=leader.KubeLeaseStore(
-            client=lease_client, namespace=namespace, name=settings.leader_election_id
-        ),
-        name=settings.leader_election_id,
-        identity=leader.default_identity(),
-        lease_duration=settings.lease_duration.total_seconds(),
-        renew_deadline=settings.renew_deadline.total_seconds(),
-        retry_period=settings.retry_period.total_seconds(),
-    )
 
 
 async def _log_when_synced(informers: Mapping[kinds.Kind, Informer]) -> None:

@@ -76,7 +76,9 @@ def normalize_mac(value: str | None) -> str | None:
     text = value.strip().lower()
     if not _MAC.fullmatch(text):
         return None
-    return text.replace("-", ":")
+    canonical = text.replace("-", ":")
+    # already canonical: the caller's own string, so a record keeps no copy of it
+    return value if canonical == value else canonical
 
 
 def hyphenated_mac(value: str | None) -> str | None:

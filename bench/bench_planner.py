@@ -7,7 +7,7 @@ cheap at scale. This measures `planner.plan` (pure, in-process) on two worlds:
 * first sight: every VM's Agent just registered, unprepared (5,000 Agent patches).
 
 and, apart from the plan, what the controller pays to turn cached objects into the
-planner's facts: once per object version (cold), then from the memo (warm).
+planner's facts: once per object version, when the informer caches it (cold).
 """
 
 from __future__ import annotations
@@ -187,13 +187,13 @@ async def run(ctx: Context) -> Section:
     section.add("steady-state plan / reference", min(steady_ms) / reference, "ratio")
     section.notes += [
         f"{RUNS} runs each, in-process, one pool: {SIZE:,} each of Agents, VsphereAgents, "
-        "AgentMachines and Machines; planner input is the memoised facts the controller keeps.",
+        "AgentMachines and Machines; planner input is the records the informers keep.",
         f"Steady state: every VM Bound, {len(steady_plan.patches)} patches, "
         f"{len(steady_plan.changed_vms)} changed VMs. First sight: "
         f"{len(first_plan.patches)} Agent patches, {len(first_plan.changed_vms)} VM records "
         "to write.",
         "The cold figure (parsing every object through its api view) is paid once per "
-        "object version; later reconciles read the memo (`reconcilers/pool/memo.py`).",
+        "object version, at cache time; reconciles read the records (`common/records.py`).",
         "The reference loop takes about 60-80 ms on an idle modern core; on a shared, "
         "busy machine every figure stretches with it, so read the plan times through the "
         "ratio (best-of figures are the least disturbed by other load).",

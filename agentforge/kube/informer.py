@@ -163,6 +163,11 @@ class Informer:
     def list(self, *, namespace: str | None = None) -> builtins.list[JsonObj]:
         return self.store.list(namespace=namespace)
 
+    @property
+    def parses(self) -> bool:
+        """Whether this informer keeps a parsed record per cached object."""
+        return self._parse is not None
+
     def record(self, key: ObjectKey) -> object | None:
         """The parsed record of the cached object `key` (None without a parser, for an
         unknown key, or when the parser rejected the object)."""

@@ -30,6 +30,7 @@ from agentforge.kube import config as kube_config
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
+from agentforge.reconcilers.common import records
 from agentforge.reconcilers.common.deps import CredentialsError, CredentialsSource, Deps
 from agentforge.reconcilers.ejection import ejection
 from agentforge.reconcilers.infra import infra
@@ -108,6 +109,7 @@ async def running_operator(
                 kind=kind,
                 namespaces=namespaces,
                 transform=cache_transform(kind),
+                parse=records.parser(kind),
             )
             for kind in KINDS
         }

@@ -36,6 +36,7 @@ from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
+from agentforge.reconcilers.common import records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.ejection import ejection as eject
 from agentforge.reconcilers.infra import infra
@@ -153,6 +154,7 @@ class World:
                 kind=kind,
                 namespaces=[namespace],
                 transform=cache_transform(kind),
+                parse=records.parser(kind),
             )
             for kind in CACHED
         }

@@ -39,13 +39,13 @@ then the warm spare furthest along). The warm spares left keep their phase
 (Provisioning or Available, no `status.handover`): `Outcome.warm`, furthest along
 first. Fewer than wanted: `Outcome.spare_names` are created (names `naming.spare_name`
 no VsphereAgent of the pool holds); more: the least advanced are `Outcome.surplus`.
+What is left over is described in `spares` (why a VM is spare, the names to create).
 
 Pure: no I/O, no clock. O(VMs + AgentMachines) plus two sorts.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,7 +54,7 @@ from typing import Final
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.planning import naming
+from agentforge.reconcilers.planning import spares as spares_
 from agentforge.reconcilers.planning.phases import VMRecord
 from agentforge.reconcilers.planning.snapshot import (
     AgentFacts,
@@ -323,7 +323,9 @@ def _pair(
         if va.warm_spare:
             warm.append(va)
             continue
-        spares[va.name] = _spare_reason(va, world)
+        spares[va.name] = spares_.reason(
+            va, agent_machines=world.agent_machines, machine_of_am=world.machine_of_am
+        )
         kept = va.handover
         if kept is None or kept.to:
             records[va.name] = HandoverFacts(
@@ -347,18 +349,10 @@ def _pair(
 
 
 def _spare_names(world: World, count: int) -> tuple[str, ...]:
-    """`count` names for new warm spares, the lowest indices no VsphereAgent holds."""
     if count <= 0:
         return ()
     held = {va.name for va in world.vsphere_agents} | {va.name for va in world.retiring}
-    found: list[str] = []
-    for index in itertools.count():
-        name = naming.spare_name(pool=world.pool_name, index=index)
-        if name not in held:
-            found.append(name)
-            if len(found) == count:
-                return tuple(found)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return spares_.names(pool=world.pool_name, held=held, count=count)
 
 
 def _finish(
@@ -387,17 +381,3 @@ def _finish(
     agent = world.matches.get(va.name)
     if agent is None or agent.bound or agent.labels.get(_SELECTION) == target:
         records[va.name] = None
-
-
-def _spare_reason(va: VsphereAgentFacts, world: World) -> VMReason:
-    """MachineDeleting while its AgentMachine or that one's Machine is being deleted,
-    MachineDeleted once gone, AgentMachineServed when it is there and has another VM."""
-    target = va.target or ""
-    am = next((a for a in world.agent_machines if a.selection == target), None)
-    name = am.name if am is not None else target
-    machine = world.machine_of_am.get(name)
-    if am is None:
-        return VMReason.MACHINE_DELETING if machine is not None else VMReason.MACHINE_DELETED
-    if am.deleting or (machine is not None and machine.deleting):
-        return VMReason.MACHINE_DELETING
-    return VMReason.AGENT_MACHINE_SERVED

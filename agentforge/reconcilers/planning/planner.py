@@ -15,7 +15,7 @@ made precise in docs/design/0002):
   nodepool discriminator, role label, `spec.role`, `spec.hostname` = VM name, the
   selection label of the AgentMachine it serves, `spec.approved`), only the fields
   that differ;
-* clean-up under `cleanupPolicy: Delete` only, never of a VM whose Agent is bound:
+* clean-up (`cleanup`) under `cleanupPolicy: Delete` only, never of a VM whose Agent is bound:
   Released VMs whose Machine is gone, spare VMs `HANDOVER_GRACE` after they became
   spare, Orphaned VMs 30 minutes after they became orphans. Nothing is cleaned up or
   created while AgentMachines match two pools. "Whose Agent is bound" does not trust
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Final
 
 from agentforge.api import conditions as api_conditions
@@ -54,9 +54,10 @@ from agentforge.api.meta import NamespacedName
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.planning import assignment, matching, phases, pool_conditions
+from agentforge.reconcilers.planning import cleanup as cleanup_
 from agentforge.reconcilers.planning import demand as demand_
 from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE, Creation, Handover
-from agentforge.reconcilers.planning.bound_agents import BoundAgents, blocker
+from agentforge.reconcilers.planning.bound_agents import BoundAgents
 from agentforge.reconcilers.planning.demand import Counts
 from agentforge.reconcilers.planning.phases import ORPHAN_GRACE, Ref, VMRecord
 from agentforge.reconcilers.planning.planner_actions import (
@@ -160,38 +161,6 @@ class Plan:
     @property
     def changed_vms(self) -> tuple[VMRecord, ...]:
         return tuple(vm for vm in self.vms if vm.changed)
-
-
-def _cleanup_reason(record: VMRecord, ctx: phases.PhaseContext) -> str | None:
-    """Why this VM should go under `cleanupPolicy: Delete`, or None (a deadline ahead is
-    added to `ctx.wake`)."""
-    if record.phase is VMPhase.RELEASED and record.handover is not None:
-        due = record.handover.since + HANDOVER_GRACE
-        if ctx.now_exact < due:
-            ctx.wake.append(due)
-            return None
-        return (
-            f"spare: AgentMachine {record.handover.from_} no longer needs it and no "
-            f"AgentMachine of the pool took it within {_minutes(HANDOVER_GRACE)}"
-        )
-    if record.phase is VMPhase.RELEASED and record.reason is VMReason.MACHINE_DELETED:
-        machine = f" {record.machine.name}" if record.machine else ""
-        return f"its Machine{machine} was deleted"
-    if record.phase is VMPhase.ORPHANED:
-        due = record.last_transition + phases.ORPHAN_GRACE
-        if ctx.now_exact < due:
-            ctx.wake.append(due)
-            return None
-        if record.reason is VMReason.DISCOVERY_TIMEOUT:
-            return "no Agent registered for it within the discovery timeout"
-        if record.reason is VMReason.AGENT_BOUND_ELSEWHERE:
-            return "its Agent is bound to another cluster or pool"
-        return "its Agent vanished and did not come back"
-    return None
-
-
-def _minutes(delta: timedelta) -> str:
-    return f"{int(delta.total_seconds()) // 60} minutes"
 
 
 def _observed(pool: VsphereAgentPool, type_: PoolConditionType) -> Observed | None:
@@ -308,32 +277,21 @@ def plan(snapshot: Snapshot) -> Plan:
         elif not cleanup or phase not in _CLEANUP_CANDIDATES:
             continue
         else:
-            reason = _cleanup_reason(record, ctx)
+            reason = cleanup_.reason(record, ctx)
         if reason is None:
             continue
-        if snapshot.competing_pools:
-            deferrals.append(
-                Deferral(
-                    record.name,
-                    record.agent.name if record.agent else None,
-                    f"{reason}; clean-up paused while AgentMachines match several pools",
-                )
-            )
-        elif agent is not None and agent.bound:
-            deferrals.append(Deferral(record.name, agent.name, f"{reason}, but {blocker(agent)}"))
-        elif (holder := bound_agents.identifying(va)) is not None:
-            deferrals.append(
-                Deferral(
-                    record.name,
-                    holder.name,
-                    f"{reason}, but {blocker(holder)} and reports this VM's "
-                    f"{'BIOS UUID' if va.bios_uuid and holder.bios_uuid else 'MAC'}",
-                )
-            )
+        decided_cleanup = cleanup_.decide(
+            va,
+            record,
+            agent,
+            reason,
+            competing=bool(snapshot.competing_pools),
+            bound_agents=bound_agents,
+        )
+        if isinstance(decided_cleanup, Deletion):
+            deletions.append(decided_cleanup)
         else:
-            deletions.append(
-                Deletion(va.name, va.uid, record.name, agent.name if agent else None, reason)
-            )
+            deferrals.append(decided_cleanup)
 
     counts = _counts(
         snapshot,

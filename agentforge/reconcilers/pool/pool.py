@@ -6,8 +6,8 @@ One reconcile, all reads from the informer cache (0002):
    VM and Agent per the cleanup policy), then drop `FINALIZER_POOL` once none is
    left. Otherwise make sure the finalizer is there.
 2. Until the cache shows the VsphereAgents the last pass created or handed over, look
-   again shortly (`pool_apply.Expectations`): a plan must not miss its own writes.
-3. Build the planner's snapshot from memoised facts and run `planner.plan`.
+   again shortly (`expectations.Expectations`): a plan must not miss its own writes.
+3. Build the planner's snapshot from the informers' records and run `planner.plan`.
 4. Apply it, stopping at the first failure (`pool_apply`): Agent preparation patches,
    clean-up deletions, the VsphereAgents' `status.vm` phase fields and
    `status.handover`, hand-overs of VMs to other AgentMachines, and the VsphereAgents

@@ -19,16 +19,15 @@
 
 The first failing call stops the plan (`StepFailed`, with the object and the fix in
 its message); the pool reconciles again with backoff. Until the cache shows the
-VsphereAgents this pass created or relabelled (`Expectations`), the pool is not
-planned again: a plan from a cache that misses them would hand over or create twice.
+VsphereAgents this pass created or relabelled (`expectations.Expectations`), the pool
+is not planned again: a plan from a cache that misses them would hand over or create twice.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -42,6 +41,7 @@ from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.planning import naming, planner
 from agentforge.reconcilers.pool import pool_status as status_
 from agentforge.reconcilers.pool import vsphere_agent_create
+from agentforge.reconcilers.pool.expectations import Expectations
 from agentforge.reconcilers.pool.plan_reports import summary
 from agentforge.reconcilers.pool.pool_snapshot import SnapshotSource
 
@@ -70,8 +70,6 @@ class PoolEvent(StrEnum):
 
 
 Event = Callable[[JsonObj, PoolEvent, str, bool], Awaitable[None]]
-EXPECTATION_TIMEOUT = 10.0
-"""Seconds after which a write the cache never showed stops holding the pool back."""
 
 
 class StepFailed(Exception):
@@ -88,40 +86,6 @@ def hint(exc: errors.KubeError) -> str:
     if isinstance(exc, errors.Invalid):
         return "the API server rejected it; check admission webhooks on that object"
     return "it is retried with backoff"
-
-
-@dataclass
-class Expectations:
-    """VsphereAgents a pool's last pass created or relabelled, until the cache shows
-    them: name -> the selection label they must carry."""
-
-    by_pool: dict[ObjectKey, tuple[float, dict[str, str]]] = field(default_factory=dict)
-
-    def expect(self, key: ObjectKey, name: str, selection: str) -> None:
-        _, wanted = self.by_pool.get(key, (0.0, {}))
-        wanted[name] = selection
-        self.by_pool[key] = (time.monotonic() + EXPECTATION_TIMEOUT, wanted)
-
-    def pending(self, key: ObjectKey, cache: Any, namespace: str) -> list[str]:
-        """The names the cache does not show as written yet (forgotten after the timeout)."""
-        entry = self.by_pool.get(key)
-        if entry is None:
-            return []
-        deadline, wanted = entry
-        missing = [
-            name
-            for name, selection in wanted.items()
-            if ((cache.get(namespace=namespace, name=name) or {}).get("metadata") or {})
-            .get("labels", {})
-            .get(names.LABEL_AGENT_MACHINE)
-            != selection
-        ]
-        if not missing or time.monotonic() > deadline:
-            if missing:
-                log.debug("cache never showed VsphereAgents %s of pool %s", missing, key)
-            del self.by_pool[key]
-            return []
-        return missing
 
 
 @dataclass

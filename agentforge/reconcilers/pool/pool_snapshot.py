@@ -10,26 +10,29 @@ objects that changed since the last one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers.common import indexes
+from agentforge.kube.informer import Informer
+from agentforge.kube.store import key_for, object_key
+from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.planning import planner
 from agentforge.reconcilers.planning.snapshot import (
+    AgentFacts,
+    AgentMachineFacts,
     Claims,
+    InfraEnvFacts,
+    MachineFacts,
     VsphereAgentFacts,
-    agent_facts,
-    agent_machine_facts,
     claim_of,
     infra_env_facts,
-    machine_facts,
-    vsphere_agent_facts,
 )
-from agentforge.reconcilers.pool.memo import FactsMemo
+
+R = TypeVar("R")
 
 
 class SnapshotSource:
@@ -42,15 +45,12 @@ class SnapshotSource:
         self._agents = deps.informer(kinds.AGENT)
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._infra_envs = deps.informer(kinds.INFRA_ENV)
-        self._agent_facts = FactsMemo(informer=self._agents, extract=agent_facts)
-        self._am_facts = FactsMemo(informer=self._agent_machines, extract=agent_machine_facts)
-        self._machine_facts = FactsMemo(informer=self._machines, extract=machine_facts)
-        self._va_facts = FactsMemo(informer=self._vsphere_agents, extract=vsphere_agent_facts)
 
     def vm_status(self, *, namespace: str, name: str) -> Mapping[str, Any]:
         """The cached `status.vm` of a VsphereAgent (empty when unknown)."""
-        cached = self._vsphere_agents.get(namespace=namespace, name=name)
-        facts = self._va_facts.facts(cached) if cached is not None else None
+        facts = records.record(
+            self._vsphere_agents, key_for(namespace=namespace, name=name), VsphereAgentFacts
+        )
         return facts.vm_status if facts is not None else {}
 
     def handover(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -60,8 +60,11 @@ class SnapshotSource:
         return found if isinstance(found, Mapping) else None
 
     def resource_version(self, *, namespace: str, name: str) -> str:
-        cached = self._vsphere_agents.get(namespace=namespace, name=name)
-        return str(((cached or {}).get("metadata") or {}).get("resourceVersion") or "")
+        """The cached resourceVersion of a VsphereAgent (empty when unknown)."""
+        facts = records.record(
+            self._vsphere_agents, key_for(namespace=namespace, name=name), VsphereAgentFacts
+        )
+        return facts.resource_version if facts is not None else ""
 
     def snapshot(self, pool: VsphereAgentPool, *, now: datetime) -> planner.Snapshot:
         namespace, name = pool.metadata.namespace, pool.metadata.name
@@ -73,44 +76,69 @@ class SnapshotSource:
         infra_env_name = pool.spec.infra_env_ref.name
         uid = pool.metadata.uid
         claims = []
-        for obj in self._vsphere_agents.list(namespace=namespace):
-            facts = self._va_facts.facts(obj)
-            if facts is None or (facts.pool == name and not _left_by_namesake(facts, uid)):
+        for facts in _records(
+            self._vsphere_agents, self._vsphere_agents.list(namespace=namespace), VsphereAgentFacts
+        ):
+            if facts.pool == name and not _left_by_namesake(facts, uid):
                 continue
             claim = claim_of(facts)
             if claim is not None:
                 claims.append(claim)
-        infra_env = self._infra_envs.get(namespace=namespace, name=infra_env_name)
+        infra_env_key = key_for(namespace=namespace, name=infra_env_name)
+        infra_env = records.record(self._infra_envs, infra_env_key, InfraEnvFacts)
+        cached_infra_env = self._infra_envs.get_by_key(infra_env_key)
+        if infra_env is None and cached_infra_env is not None:
+            # cached but rejected by its parser: fail this reconcile with the parser's
+            # error, as before records (never plan as if the InfraEnv were missing)
+            infra_env = infra_env_facts(cached_infra_env)
         competing = [
             p["metadata"]["name"]  # the index key holds the pool namespace: all of ours
             for p in self._pools.by_index(indexes.POOLS_BY_NODE_POOL, node_pool)
             if not _same_pool(p, namespace=namespace, name=name, uid=uid)
             and not p["metadata"].get("deletionTimestamp")
         ]
-        own = self._va_facts.all(
+        own = _records(
+            self._vsphere_agents,
             self._vsphere_agents.by_index(
                 indexes.VSPHERE_AGENTS_BY_POOL, indexes.namespaced_key(namespace, name)
-            )
+            ),
+            VsphereAgentFacts,
         )
         return planner.Snapshot(
             pool=pool,
-            agent_machines=self._am_facts.all(
-                self._agent_machines.by_index(indexes.BY_NODE_POOL, node_pool)
+            agent_machines=_records(
+                self._agent_machines,
+                self._agent_machines.by_index(indexes.BY_NODE_POOL, node_pool),
+                AgentMachineFacts,
             ),
-            machines=self._machine_facts.all(
-                self._machines.by_index(indexes.BY_NODE_POOL, node_pool)
+            machines=_records(
+                self._machines,
+                self._machines.by_index(indexes.BY_NODE_POOL, node_pool),
+                MachineFacts,
             ),
-            agents=self._agent_facts.all(
+            agents=_records(
+                self._agents,
                 self._agents.by_index(
                     indexes.AGENTS_BY_INFRA_ENV, indexes.namespaced_key(namespace, infra_env_name)
-                )
+                ),
+                AgentFacts,
             ),
             vsphere_agents=[f for f in own if not _left_by_namesake(f, uid)],
             now=now,
             claims=Claims.of(claims),
-            infra_env=infra_env_facts(infra_env) if infra_env is not None else None,
+            infra_env=infra_env,
             competing_pools=sorted(competing),
         )
+
+
+def _records(informer: Informer, objs: Iterable[dict[str, Any]], kind: type[R]) -> list[R]:
+    """The records of the cached `objs` that have one (a rejected object has none)."""
+    out: list[R] = []
+    for obj in objs:
+        found = records.record(informer, object_key(obj), kind)
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def _same_pool(obj: Mapping[str, Any], *, namespace: str, name: str, uid: str) -> bool:

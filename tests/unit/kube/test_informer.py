@@ -322,3 +322,45 @@ async def test_without_a_parse_hook_there_are_no_records() -> None:
         await asyncio.wait_for(inf.synced(), 5)
     assert inf.get(namespace="ns", name="a") is not None
     assert inf.record(key_for(namespace="ns", name="a")) is None
+
+
+async def test_a_record_is_parsed_and_a_rejection_logged_once_per_version(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A relist that replays known versions parses nothing again and logs no rejection
+    twice; a new version of the rejected object is parsed (and, rejected, logged) anew."""
+    api = FakeApi()
+    api.put(obj("a", "1"), obj("bad", "1"))
+
+    def world_moves_on() -> None:
+        api.put(obj("bad", "20"))
+        api.list_rv = "22"
+
+    api.script(None, WatchScript(steps=[errors.Gone(status=410, reason="Expired", message="")]))
+    api.script(
+        None,
+        WatchScript(
+            open_error=errors.Gone(status=410, reason="Expired", message="x"),
+            on_open=world_moves_on,
+        ),
+    )
+    parsed: list[tuple[str, str]] = []
+
+    def parse(o: dict[str, Any]) -> str:
+        meta = o["metadata"]
+        parsed.append((meta["name"], meta["resourceVersion"]))
+        if meta["name"] == "bad":
+            raise ValueError("unreadable")
+        return meta["name"]
+
+    inf = make(api, parse=parse)
+    with caplog.at_level("WARNING", logger=informer.__name__):
+        async with inf:
+            await eventually(lambda: len(api.list_calls) == 3 and len(api.watch_calls) == 3)
+    assert sorted(parsed) == [("a", "1"), ("bad", "1"), ("bad", "20")]
+    rejected = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(rejected) == 2
+    assert "ns/bad (resourceVersion 1)" in rejected[0]
+    assert "ns/bad (resourceVersion 20)" in rejected[1]
+    assert inf.record(key_for(namespace="ns", name="a")) == "a"
+    assert inf.record(key_for(namespace="ns", name="bad")) is None

@@ -3,8 +3,8 @@
 `FakeApi` is the API server (objects by kind/namespace/name, every call recorded,
 faults on demand); the informers are real `Informer`s that are never started: a test
 fills their stores with `sync()`, which copies the server's state into the cache as
-a watch would. Neither controller touches vSphere, so `Deps.vsphere` and
-`Deps.credentials` are None here.
+a watch would (records parsed, then handlers called). Neither controller touches
+vSphere, so `Deps.vsphere` and `Deps.credentials` are None here.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.kube import errors
+from agentforge.kube.delta import Change, ChangeType
 from agentforge.kube.informer import Informer
-from agentforge.kube.store import key_for
-from agentforge.reconcilers.common import indexes
+from agentforge.kube.store import key_for, object_key
+from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
 from tests.unit.reconcilers.planner_support import NOW, merge
 
@@ -229,24 +230,27 @@ class Harness:
             for cached in informer.list():
                 key = (cached["metadata"].get("namespace"), cached["metadata"]["name"])
                 if key not in live:
-                    informer.store.pop(key_for(namespace=key[0], name=key[1]))
-                    for handler in informer._handlers:
-                        if handler.on_delete:
-                            handler.on_delete(cached)
+                    store_key = key_for(namespace=key[0], name=key[1])
+                    informer.store.pop(store_key)
+                    informer._dispatch([Change(ChangeType.DELETED, store_key, cached, None)])
             for obj in live.values():
                 fresh = copy.deepcopy(obj)
                 old = informer.store.put(fresh)
-                for handler in informer._handlers:
-                    if old is None and handler.on_add:
-                        handler.on_add(fresh)
-                    elif old is not None and handler.on_update:
-                        handler.on_update(old, fresh)
+                # records first, then handlers, as the informer's watch does
+                store_key = object_key(fresh)
+                if old is None:
+                    informer._dispatch([Change(ChangeType.ADDED, store_key, None, fresh)])
+                else:
+                    informer._dispatch([Change(ChangeType.UPDATED, store_key, old, fresh)])
 
 
 def harness(*objs: JsonObj) -> Harness:
     api = FakeApi()
     api.put(*(copy.deepcopy(o) for o in objs))
-    informers = {kind: Informer(client=api, kind=kind) for kind in CACHED}  # type: ignore[arg-type]
+    informers = {
+        kind: Informer(client=api, kind=kind, parse=records.parser(kind))  # type: ignore[arg-type]
+        for kind in CACHED
+    }
     indexes.install(informers)
     events = FakeRecorder()
     deps = Deps(

@@ -1,15 +1,18 @@
-"""The pool's view of the cache: indexes, memoised facts, and the snapshot built from them."""
+"""The pool's view of the cache: indexes, the records parsed at cache time, the snapshot."""
 
 from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
 
+import pytest
+
 from agentforge.api import kinds, names
-from agentforge.reconcilers.common import indexes
-from agentforge.reconcilers.planning.snapshot import agent_facts, vsphere_agent_facts
+from agentforge.kube.informer import Informer
+from agentforge.kube.store import key_for
+from agentforge.reconcilers.common import indexes, records
+from agentforge.reconcilers.planning.snapshot import AgentFacts, vsphere_agent_facts
 from agentforge.reconcilers.pool import pool_snapshot
-from agentforge.reconcilers.pool.memo import FactsMemo
 from tests.unit.reconcilers.controller_support import harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,
@@ -51,36 +54,50 @@ def test_installing_the_indexes_twice_is_harmless() -> None:
     assert len(pools.by_index(indexes.POOLS_BY_NODE_POOL, f"{CPNS}/{NS}/workers")) == 1
 
 
-def test_facts_are_extracted_once_per_version_and_forgotten_on_change() -> None:
-    h = harness(agent_obj("a", bios_uuid=uuid(1)))
+def test_the_snapshot_reads_the_record_of_each_objects_current_version() -> None:
+    """Records are parsed at cache time: the snapshot sees a changed object's new
+    version and no longer sees a deleted one, without parsing anything itself."""
+    h = harness(pool_obj(), infra_env_obj(), agent_obj("a1", bios_uuid=uuid(1)), agent_obj("a2"))
+    source = pool_snapshot.SnapshotSource(h.deps)
     informer = h.informers[kinds.AGENT]
-    calls: list[str] = []
-
-    def extract(obj: dict) -> object:  # type: ignore[type-arg]
-        calls.append(obj["metadata"]["resourceVersion"])
-        return agent_facts(obj)
-
-    memo = FactsMemo(informer=informer, extract=extract)
-    (cached,) = informer.list()
-    first = memo.facts(cached)
-    assert memo.facts(cached) is first
-    changed = copy.deepcopy(h.api.objects[("Agent", NS, "a")])
+    before = records.record(informer, key_for(namespace=NS, name="a1"), AgentFacts)
+    assert before is not None
+    assert [a.bios_uuid for a in source.snapshot(pool(), now=NOW).agents if a.name == "a1"] == [
+        before.bios_uuid
+    ]
+    changed = copy.deepcopy(h.api.objects[("Agent", NS, "a1")])
+    changed["spec"]["hostname"] = "renamed"
     changed["metadata"]["resourceVersion"] = "999"
-    h.api.objects[("Agent", NS, "a")] = changed
+    h.api.objects[("Agent", NS, "a1")] = changed
+    del h.api.objects[("Agent", NS, "a2")]
     h.sync()
-    assert len(memo) == 0
-    memo.facts(informer.list()[0])
-    assert calls == [cached["metadata"]["resourceVersion"], "999"]
+    after = records.record(informer, key_for(namespace=NS, name="a1"), AgentFacts)
+    assert after is not None
+    assert after is not before
+    assert after.spec_hostname == "renamed"
+    assert records.record(informer, key_for(namespace=NS, name="a2"), AgentFacts) is None
+    assert [(a.name, a.spec_hostname) for a in source.snapshot(pool(), now=NOW).agents] == [
+        ("a1", "renamed")
+    ]
 
 
-def test_an_object_that_cannot_be_read_is_skipped() -> None:
-    h = harness(vsphere_agent_obj("va"))
+def test_an_object_that_cannot_be_read_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    unreadable = agent_obj("odd")
+    unreadable["spec"]["approved"] = "maybe"
+    with caplog.at_level("WARNING"):
+        h = harness(pool_obj(), infra_env_obj(), agent_obj("a1"), unreadable)
+    assert h.informers[kinds.AGENT].get(namespace=NS, name="odd") is not None, "still cached"
+    snapshot = pool_snapshot.SnapshotSource(h.deps).snapshot(pool(), now=NOW)
+    assert [a.name for a in snapshot.agents] == ["a1"]
+    (logged,) = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert f"Agent {NS}/odd" in logged
 
-    def broken(obj: dict) -> object:  # type: ignore[type-arg]
-        raise ValueError("unreadable")
 
-    memo = FactsMemo(informer=h.informers[kinds.VSPHERE_AGENT], extract=broken)
-    assert memo.all(h.informers[kinds.VSPHERE_AGENT].list()) == []
+def test_an_informer_built_without_the_kinds_parser_is_a_wiring_mistake() -> None:
+    h = harness(agent_obj("a1"))
+    bare = Informer(client=h.api, kind=kinds.AGENT)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Agent informer keeps no records"):
+        records.record(bare, key_for(namespace=NS, name="a1"), AgentFacts)
 
 
 def test_the_snapshot_holds_the_pools_world_and_other_pools_claims() -> None:

@@ -1,0 +1,76 @@
+"""The one typed record each cached object of a planned kind is parsed into, at cache time.
+
+The informer keeps a trimmed dict per object for the reconcilers that write back,
+and, for the kinds the pool's planner reads (Agents, AgentMachines, Machines,
+VsphereAgents, InfraEnvs), a frozen record parsed once per object version by the
+parser named here (`PARSERS`, `parser`; the composition root hands it to each
+informer). Reconcilers read those records (`record`), never parse the cached dict
+again: the rules that decide a fact live in one place (`planning.snapshot`), and a
+record is read-only by type, so no reader can change the shared cache through it.
+
+An object its parser rejects is logged by the informer once per version and has no
+record; readers skip it as if it were not cached (one odd object never stops a plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from agentforge.api import kinds
+from agentforge.kube.informer import Informer
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers.planning.snapshot import (
+    AgentFacts,
+    AgentMachineFacts,
+    InfraEnvFacts,
+    MachineFacts,
+    VsphereAgentFacts,
+    agent_facts,
+    agent_machine_facts,
+    infra_env_facts,
+    machine_facts,
+    vsphere_agent_facts,
+)
+
+__all__ = ["PARSERS", "RECORD_TYPES", "parser", "record"]
+
+Parser = Callable[[dict[str, Any]], object]
+R = TypeVar("R")
+
+PARSERS: Mapping[kinds.Kind, Parser] = {
+    kinds.AGENT: agent_facts,
+    kinds.AGENT_MACHINE: agent_machine_facts,
+    kinds.MACHINE: machine_facts,
+    kinds.VSPHERE_AGENT: vsphere_agent_facts,
+    kinds.INFRA_ENV: infra_env_facts,
+}
+"""Each parsed kind's parser; a kind not named here is cached as a dict only."""
+
+RECORD_TYPES: Mapping[kinds.Kind, type] = {
+    kinds.AGENT: AgentFacts,
+    kinds.AGENT_MACHINE: AgentMachineFacts,
+    kinds.MACHINE: MachineFacts,
+    kinds.VSPHERE_AGENT: VsphereAgentFacts,
+    kinds.INFRA_ENV: InfraEnvFacts,
+}
+"""The record type `PARSERS[kind]` returns."""
+
+
+def parser(kind: kinds.Kind) -> Parser | None:
+    """The parse hook for the informer of `kind` (None: keep dicts only)."""
+    return PARSERS.get(kind)
+
+
+def record(informer: Informer, key: ObjectKey, kind: type[R]) -> R | None:
+    """The `kind` record of the cached object `key` (None when it is not cached or its
+    parser rejected it). An informer built without this kind's parser is a wiring
+    mistake, not an empty cache: TypeError naming it."""
+    found = informer.record(key)
+    if found is None:
+        if not informer.parses:
+            raise TypeError(f"the {informer.kind.kind} informer keeps no records (no parser)")
+        return None
+    if not isinstance(found, kind):
+        raise TypeError(f"a {informer.kind.kind} record is a {type(found).__name__}, not {kind}")
+    return found

@@ -1,0 +1,88 @@
+"""Clean-up decisions: why a VM should go, and whether it may go now.
+
+Under `cleanupPolicy: Delete` only (the planner asks only then). A VM should go when
+it is Released and its Machine was deleted, a spare nobody took within
+`HANDOVER_GRACE`, or Orphaned for `ORPHAN_GRACE` (a deadline still ahead is added to
+the phase context's wake-ups instead). It may go only when nothing holds it: while
+AgentMachines match several pools every clean-up is paused, and a VM whose Agent is
+bound (the matched Agent, or any bound Agent that reports the VM's identity, so the
+bookkeeping is not trusted) is deferred with the reason, never deleted.
+
+Pure: no I/O, no clock (`now` comes from the phase context).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agentforge.api.vm import VMPhase, VMReason
+from agentforge.reconcilers.planning import phases
+from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE
+from agentforge.reconcilers.planning.bound_agents import BoundAgents, blocker
+from agentforge.reconcilers.planning.phases import VMRecord
+from agentforge.reconcilers.planning.planner_actions import Deferral, Deletion
+from agentforge.reconcilers.planning.snapshot import AgentFacts, VsphereAgentFacts
+
+__all__ = ["decide", "reason"]
+
+
+def reason(record: VMRecord, ctx: phases.PhaseContext) -> str | None:
+    """Why this VM should go under `cleanupPolicy: Delete`, or None (a deadline ahead is
+    added to `ctx.wake`)."""
+    if record.phase is VMPhase.RELEASED and record.handover is not None:
+        due = record.handover.since + HANDOVER_GRACE
+        if ctx.now_exact < due:
+            ctx.wake.append(due)
+            return None
+        return (
+            f"spare: AgentMachine {record.handover.from_} no longer needs it and no "
+            f"AgentMachine of the pool took it within {_minutes(HANDOVER_GRACE)}"
+        )
+    if record.phase is VMPhase.RELEASED and record.reason is VMReason.MACHINE_DELETED:
+        machine = f" {record.machine.name}" if record.machine else ""
+        return f"its Machine{machine} was deleted"
+    if record.phase is VMPhase.ORPHANED:
+        due = record.last_transition + phases.ORPHAN_GRACE
+        if ctx.now_exact < due:
+            ctx.wake.append(due)
+            return None
+        if record.reason is VMReason.DISCOVERY_TIMEOUT:
+            return "no Agent registered for it within the discovery timeout"
+        if record.reason is VMReason.AGENT_BOUND_ELSEWHERE:
+            return "its Agent is bound to another cluster or pool"
+        return "its Agent vanished and did not come back"
+    return None
+
+
+def decide(
+    va: VsphereAgentFacts,
+    record: VMRecord,
+    agent: AgentFacts | None,
+    why: str,
+    *,
+    competing: bool,
+    bound_agents: BoundAgents,
+) -> Deletion | Deferral:
+    """Delete the VM for `why`, or defer it: clean-up paused by `competing` pools, or
+    its matched Agent bound, or a bound Agent reporting its identity."""
+    if competing:
+        return Deferral(
+            record.name,
+            record.agent.name if record.agent else None,
+            f"{why}; clean-up paused while AgentMachines match several pools",
+        )
+    if agent is not None and agent.bound:
+        return Deferral(record.name, agent.name, f"{why}, but {blocker(agent)}")
+    holder = bound_agents.identifying(va)
+    if holder is not None:
+        return Deferral(
+            record.name,
+            holder.name,
+            f"{why}, but {blocker(holder)} and reports this VM's "
+            f"{'BIOS UUID' if va.bios_uuid and holder.bios_uuid else 'MAC'}",
+        )
+    return Deletion(va.name, va.uid, record.name, agent.name if agent else None, why)
+
+
+def _minutes(delta: timedelta) -> str:
+    return f"{int(delta.total_seconds()) // 60} minutes"
