@@ -112,7 +112,10 @@ async def inspect(
             )
         )
     network = await _network(session, placement.network, networks, problems)
-    pod, pod_datastores = _pod(placement.datastore_cluster, pods, datastores, problems)
+    if placement.datastore:
+        pod, pod_datastores = _single(placement.datastore, datastores, problems)
+    else:
+        pod, pod_datastores = _pod(placement.datastore_cluster, pods, datastores, problems)
     iso = _iso_datastore(placement.iso_datastore, datastores, problems)
     if problems or network is None or pod is None or iso is None:
         return None, problems
@@ -268,6 +271,29 @@ def _pod(
     return item.ref, members
 
 
+def _single(
+    name: str, datastores: dict[str, props.Fetched], problems: list[Problem]
+) -> tuple[Any, dict[str, str]]:
+    """A failure domain's single datastore: present, accessible and not full."""
+    item = datastores.get(name)
+    if item is None:
+        problems.append(
+            Problem(
+                f"datastore {name}",
+                "not found in the datacenter",
+                f"set the failure domain's datastore to one of: {_names(datastores)}",
+            )
+        )
+        return None, {}
+    if item.props.get("summary.accessible") is False:
+        problems.append(Problem(f"datastore {name}", "is not accessible", "check its host mounts"))
+        return None, {}
+    if item.props.get("summary.freeSpace") == 0:
+        problems.append(Problem(f"datastore {name}", "is full", "free space on it"))
+        return None, {}
+    return item.ref, {item.moid: name}
+
+
 def _iso_datastore(name: str, datastores: dict[str, props.Fetched], problems: list[Problem]) -> Any:
     item = datastores.get(name)
     if item is None:
@@ -321,7 +347,7 @@ _INVENTORY_PROPS: list[tuple[Any, list[str]]] = [
     (vim.Datacenter, ["vmFolder"]),
     (vim.Network, ["name"]),
     (vim.dvs.DistributedVirtualPortgroup, ["name", "key", "config.distributedVirtualSwitch"]),
-    (vim.Datastore, ["name", "summary.accessible"]),
+    (vim.Datastore, ["name", "summary.accessible", "summary.freeSpace"]),
     (vim.StoragePod, ["name", "childEntity", SDRS_ENABLED]),
 ]
 

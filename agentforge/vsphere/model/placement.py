@@ -20,6 +20,9 @@ class Placement:
     network: str
     datastore_cluster: str
     iso_datastore: str
+    datastore: str = ""
+    """A single datastore for the disks instead of `datastore_cluster` (a failure domain
+    may name one); empty: the datastore cluster."""
 
 
 @dataclass(frozen=True, slots=True)
