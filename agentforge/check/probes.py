@@ -23,8 +23,8 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check.render import Item, Status
 from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
+from agentforge.reconcilers.common import domains as infra_domains
 from agentforge.reconcilers.common import indexes, pool_specs
-from agentforge.reconcilers.infra import domains as infra_domains
 from agentforge.redaction import redact, redact_url
 from agentforge.vsphere import iso_http
 

@@ -65,7 +65,7 @@ async def inspect(
                 f"set spec.vsphere.datacenter to one of: {', '.join(names) or 'none'}",
             )
         ]
-    inventory, pool, folder = await asyncio.gather(
+    inventory, pool, folder, host = await asyncio.gather(
         session.call(
             lambda: props.retrieve(content, objects=[_datacenter_spec(dc)], props=_INVENTORY_PROPS),
             subject=f"datacenter {dc_name}",
@@ -73,6 +73,7 @@ async def inspect(
         ),
         _find(session, f"{dc_name}/host/{placement.resource_pool}"),
         _find(session, f"{dc_name}/vm/{placement.folder}") if placement.folder else _none(),
+        _find(session, f"{dc_name}/host/{placement.host}") if placement.host else _none(),
     )
     problems: list[Problem] = []
     vm_root: Any = None
@@ -111,6 +112,14 @@ async def inspect(
                 "set spec.vsphere.folder to a folder path (it is created when missing)",
             )
         )
+    if placement.host and not isinstance(host, vim.HostSystem):
+        problems.append(
+            Problem(
+                f"host {placement.host}",
+                f"not found in datacenter {dc_name}",
+                "retried with backoff; delete the VsphereAgent to place its VM anew",
+            )
+        )
     network = await _network(session, placement.network, networks, problems)
     if placement.datastore:
         pod, pod_datastores = _single(placement.datastore, datastores, problems)
@@ -130,6 +139,7 @@ async def inspect(
             storage_pod=pod,
             pod_datastores=pod_datastores,
             iso_datastore=iso,
+            host=host,
         ),
         [],
     )

@@ -1,6 +1,6 @@
 """Failure domains against the simulator: each resolved like the pool's placement, a
 domain that cannot take VMs (cluster gone, datastore missing) named with its reason,
-never skipped silently (`reconcilers.infra.domains`, `vsphere.placement`)."""
+never skipped silently (`reconcilers.common.domains`, `vsphere.placement`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
 from agentforge.check.render import Status
-from agentforge.reconcilers.infra import domains
+from agentforge.reconcilers.common import domains
 from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 from tests.vcsim.conftest import FAST

@@ -41,14 +41,19 @@ def placement(pool: VsphereAgentPool) -> vsphere.Placement:
     )
 
 
-def domain_placement(pool: VsphereAgentPool, domain: FailureDomain) -> vsphere.Placement:
-    """The pool's placement with a failure domain's cluster, storage and network."""
+def domain_placement(
+    pool: VsphereAgentPool, domain: FailureDomain, *, host: str | None = None
+) -> vsphere.Placement:
+    """The pool's placement with a failure domain's cluster, storage and network, on
+    `host` of its cluster when one was chosen (the folder stays the pool's: ISO pruning,
+    adoption and orphan clean-up read that one folder)."""
     return dataclasses.replace(
         placement(pool),
         resource_pool=domain.resource_pool(),
         datastore_cluster=domain.datastore_cluster or "",
         datastore=domain.datastore or "",
         network=domain.network or pool.spec.vsphere.network,
+        host=f"{domain.compute_cluster.strip('/')}/{host}" if host else "",
     )
 
 

@@ -55,10 +55,10 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common import domains, indexes, pool_specs
 from agentforge.reconcilers.common.deps import CredentialsError, Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
-from agentforge.reconcilers.infra import domains, infra_iso
+from agentforge.reconcilers.infra import infra_iso
 from agentforge.reconcilers.infra import preflight as gate
 from agentforge.reconcilers.infra.credentials import CredentialsNotShared, SecretUnreadable
 from agentforge.reconcilers.waits.login_waits import LoginWaits

@@ -1,0 +1,153 @@
+"""Spreading over failure domains, end to end: the vm and infra controllers on the real
+control plane and a simulator of its own with two clusters of two hosts each.
+
+What it shows (issue 15): after creating N VMs over H hosts no host holds more than
+ceil(N/H) of the pool's VMs; a disconnected host held at most that many and receives no
+new VM; a domain that cannot take VMs is skipped with a condition, never silently; each
+VM's domain and host are recorded before it is created, and kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from agentforge.api import kinds
+from agentforge.kube import client
+from agentforge.vsphere import props
+from agentforge.vsphere.vmomi import vim
+from sim.vcsim.launcher import Vcsim
+from tests.kube.reconcilers_world import World, world_for
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
+
+VA = kinds.VSPHERE_AGENT
+POOL = kinds.VSPHERE_AGENT_POOL
+DOMAINS = [
+    {"name": "zone-a", "computeCluster": "cluster", "datastoreCluster": "dsc1"},
+    {"name": "zone-b", "computeCluster": "cluster2", "datastore": "ds2"},
+]
+
+
+@pytest.fixture
+async def spread_world(
+    current_crds: None,
+    kube: client.KubeClient,
+    namespace: str,
+    vcsim_factory: Callable[..., Vcsim],
+) -> AsyncIterator[World]:
+    sim = vcsim_factory(clusters=2, hosts=2)
+    async with world_for(kube=kube, namespace=namespace, vcsim=sim) as built:
+        yield built
+
+
+async def spread_pool(world: World, domains: list[dict[str, Any]]) -> None:
+    await world.create_secret()
+    await world.create_infra_env()
+    await world.create_pool(vsphere={"spreadPolicy": "Spread", "failureDomains": domains})
+    await world.condition(POOL, "pool", "ISOReady", status="True")
+
+
+async def create_all(world: World, names: list[str]) -> list[dict[str, Any]]:
+    await asyncio.gather(*(world.create_vsphere_agent(n) for n in names))
+    return [await world.condition(VA, n, "Ready", status="True", reason="VMReady") for n in names]
+
+
+async def hosts_of_vms(world: World) -> dict[str, str]:
+    """VM name -> the name of the host vCenter runs it on (read from vCenter)."""
+    session = await world.service.session()
+    content = session.content
+
+    def read() -> dict[str, str]:
+        view = content.viewManager.CreateContainerView(
+            content.rootFolder, [vim.VirtualMachine], True
+        )
+        try:
+            found = props.retrieve(
+                content,
+                objects=props.object_specs(view.view),
+                props=[(vim.VirtualMachine, ["name", "runtime.host"])],
+            )
+        finally:
+            view.Destroy()
+        return {
+            str(f.props["name"]): str(f.props["runtime.host"].name)
+            for f in found
+            if f.props.get("runtime.host") is not None
+        }
+
+    return await asyncio.to_thread(read)
+
+
+def placement_of(va: dict[str, Any]) -> dict[str, Any]:
+    return (va.get("status") or {}).get("placement") or {}
+
+
+async def test_n_vms_over_h_hosts_hold_at_most_ceil_n_over_h_each_and_a_lost_host_costs_that_many(
+    spread_world: World,
+) -> None:
+    world = spread_world
+    cluster_of = {
+        h.name: cluster
+        for cluster in ("cluster", "cluster2")
+        for h in await world.service.cluster_hosts(datacenter="dc1", cluster=cluster)
+    }
+    all_hosts = sorted(cluster_of)
+    assert len(all_hosts) == 4
+    first = [f"va{i}" for i in range(6)]
+    async with world.run():
+        await spread_pool(world, DOMAINS)
+        vas = await create_all(world, first)
+        where = await hosts_of_vms(world)
+        ours = {world.vm_name(n): where[world.vm_name(n)] for n in first}
+        per_host = Counter(ours.values())
+        bound = math.ceil(len(first) / len(all_hosts))
+        assert max(per_host.values()) <= bound, per_host
+        assert set(per_host) == set(all_hosts)  # every host used: fewest first
+        # the choice was recorded and kept (the creation record is gone), and it is true
+        per_domain = Counter(placement_of(va)["failureDomain"] for va in vas)
+        assert per_domain == {"zone-a": 3, "zone-b": 3}
+        for name, va in zip(first, vas, strict=True):
+            assert (va["status"]).get("creation") is None
+            assert placement_of(va)["host"] == ours[world.vm_name(name)]
+
+        # a host fails: it held at most the bound, and no new VM goes to it
+        lost = per_host.most_common(1)[0][0]
+        assert per_host[lost] <= bound
+        await world.govc("host.disconnect", f"/dc1/host/{cluster_of[lost]}/{lost}")
+        more = ["va6", "va7", "va8"]
+        created = await create_all(world, more)
+        where = await hosts_of_vms(world)
+        new_hosts = Counter(where[world.vm_name(n)] for n in more)
+        assert lost not in new_hosts, new_hosts
+        assert lost not in {placement_of(va)["host"] for va in created}
+
+
+async def test_an_unusable_domain_is_skipped_with_a_condition_and_said_in_the_event(
+    spread_world: World,
+) -> None:
+    world = spread_world
+    domains = [DOMAINS[0], {"name": "zone-gone", "computeCluster": "gone", "datastore": "ds1"}]
+    async with world.run():
+        await spread_pool(world, domains)
+        ready = await world.condition(
+            POOL, "pool", "VsphereReady", status="True", reason="FailureDomainUnusable"
+        )
+        message = next(c for c in ready["status"]["conditions"] if c["type"] == "VsphereReady")[
+            "message"
+        ]
+        assert "zone-gone" in message
+        assert "new VMs go to zone-a only" in message
+        vas = await create_all(world, ["va0", "va1"])
+        assert {placement_of(va)["failureDomain"] for va in vas} == {"zone-a"}
+
+        async def skip_said() -> bool:
+            events = await world.events("VMCreating")
+            return any("skipped: zone-gone" in e.get("message", "") for e in events)
+
+        await world.wait_for("a VMCreating event naming the skipped domain", skip_said)
