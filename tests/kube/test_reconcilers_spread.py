@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from agentforge.api import kinds
+from agentforge.api import kinds, wire
+from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import client
 from agentforge.vsphere import props
 from agentforge.vsphere.vmomi import vim
@@ -151,3 +153,49 @@ async def test_an_unusable_domain_is_skipped_with_a_condition_and_said_in_the_ev
             return any("skipped: zone-gone" in e.get("message", "") for e in events)
 
         await world.wait_for("a VMCreating event naming the skipped domain", skip_said)
+
+
+async def test_a_resumed_creation_uses_the_recorded_domain_and_host_never_a_new_choice(
+    spread_world: World,
+) -> None:
+    """A record left by a crash before CreateVM names zone-b and its last host; a fresh
+    choice would take zone-a (a tie goes by name). The VM is created where recorded."""
+    world = spread_world
+    hosts = await world.service.cluster_hosts(datacenter="dc1", cluster="cluster2")
+    target = hosts[-1].name
+    async with world.run(vm_controller=False):
+        await spread_pool(world, DOMAINS)
+    pool = await world.get(POOL, "pool")
+    assert pool is not None
+    await world.create_vsphere_agent("va0")
+    record = CreationRecord(
+        vm_name=world.vm_name("va0"),
+        bios_uuid=str(uuid.uuid4()),
+        ownership=Ownership(
+            pool_namespace=world.namespace,
+            pool_name="pool",
+            pool_uid=pool["metadata"]["uid"],
+            vsphere_agent="va0",
+        ),
+        datacenter="dc1",
+        folder=world.folder,
+        iso_path=f"[iso-ds] {pool['status']['iso']['path']}",
+        phase=CreationPhase.CREATE_ISSUED,
+        started_at=pool["metadata"]["creationTimestamp"],
+        failure_domain="zone-b",
+        host=target,
+    )
+
+    def crashed_after_checkpoint(obj: dict[str, Any]) -> dict[str, Any]:
+        obj.setdefault("status", {})["creation"] = wire.to_wire(record)
+        obj["status"]["vm"] = {"name": record.vm_name}
+        return obj
+
+    await world.kube.update_status(
+        VA, namespace=world.namespace, name="va0", mutate=crashed_after_checkpoint
+    )
+    async with world.run():
+        va = await world.condition(VA, "va0", "Ready", status="True", reason="VMReady")
+    assert placement_of(va) == {"failureDomain": "zone-b", "host": target}
+    assert va["status"]["vm"]["biosUUID"] == record.bios_uuid
+    assert (await hosts_of_vms(world))[record.vm_name] == target

@@ -321,10 +321,21 @@ def creation_edit(record: CreationRecord | None) -> Edit:
         status["creation"] = wire.to_wire(record)
         vm = status.setdefault("vm", {})
         vm["name"] = record.vm_name
-        if record.failure_domain:  # kept after the record goes: the pool's spread counts
-            status["placement"] = {"failureDomain": record.failure_domain}
+        placement_edit(record)(obj)
+
+    return edit
+
+
+def placement_edit(record: CreationRecord) -> Edit:
+    """Keep the record's failure domain and host in `status.placement` (the pool's spread
+    counts read it after the record is cleared); nothing without a domain."""
+
+    def edit(obj: JsonObj) -> None:
+        if record.failure_domain:
+            placed = {"failureDomain": record.failure_domain}
             if record.host:
-                status["placement"]["host"] = record.host
+                placed["host"] = record.host
+            obj["status"]["placement"] = placed
 
     return edit
 

@@ -65,6 +65,7 @@ from agentforge.reconcilers.vm.vm_context import (
     creation_edit,
     identity_edit,
     is_checkpointed,
+    placement_edit,
 )
 from agentforge.vsphere import metrics as vmetrics
 
@@ -254,6 +255,7 @@ async def _done(
     """The VM runs: identity recorded (when read now), record cleared, Ready=True."""
     if vm is not None:
         writer.defer(identity_edit(name=vm.name, vm=vm))
+    writer.defer(placement_edit(record))
     writer.defer(creation_edit(None))
     recorded = inputs.agent.status.vm
     name = vm.name if vm else record.vm_name
