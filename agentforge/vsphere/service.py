@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from agentforge.vsphere import (
     cdrom,
     datastore,
+    drs_rules,
     facts,
     hosts,
     iso,
@@ -66,6 +67,21 @@ class VsphereService:
         return await hosts.cluster_hosts(
             await self.session(), datacenter=datacenter, cluster=cluster, host_group=host_group
         )
+
+    async def sync_anti_affinity(
+        self, *, datacenter: str, cluster: str, pool_uid: str, name: str, vm_moids: list[str]
+    ) -> str:
+        """The pool's DRS anti-affinity rule in `cluster` holds exactly `vm_moids` (removed
+        with fewer than two); the action taken (`none`, `add`, `edit`, `remove`)."""
+        change = await drs_rules.sync_anti_affinity(
+            await self.session(),
+            datacenter=datacenter,
+            cluster=cluster,
+            pool_uid=pool_uid,
+            name=name,
+            vm_moids=vm_moids,
+        )
+        return change.action
 
     # --- VMs ----------------------------------------------------------------------
 

@@ -199,3 +199,76 @@ async def test_a_resumed_creation_uses_the_recorded_domain_and_host_never_a_new_
     assert placement_of(va) == {"failureDomain": "zone-b", "host": target}
     assert va["status"]["vm"]["biosUUID"] == record.bios_uuid
     assert (await hosts_of_vms(world))[record.vm_name] == target
+
+
+async def anti_affinity_rules(world: World, cluster: str) -> dict[str, set[str]]:
+    """Rule name -> VM morefs of every anti-affinity rule of a cluster (read from vCenter)."""
+    session = await world.service.session()
+    content = session.content
+
+    def read() -> dict[str, set[str]]:
+        ref = content.searchIndex.FindByInventoryPath(inventoryPath=f"dc1/host/{cluster}")
+        found = props.retrieve(
+            content,
+            objects=props.object_specs([ref]),
+            props=[(vim.ClusterComputeResource, ["configurationEx"])],
+        )
+        rules = getattr(found[0].props.get("configurationEx"), "rule", None) or []
+        return {
+            r.name: {v._moId for v in r.vm or []}
+            for r in rules
+            if isinstance(r, vim.cluster.AntiAffinityRuleSpec)
+        }
+
+    return await asyncio.to_thread(read)
+
+
+async def test_the_pools_anti_affinity_rule_follows_its_vms_and_goes_with_them(
+    spread_world: World,
+) -> None:
+    world = spread_world
+    names = [f"va{i}" for i in range(4)]
+    async with world.run():
+        await spread_pool(world, DOMAINS)
+        pool = await world.get(POOL, "pool")
+        assert pool is not None
+        marker = f"agent-forge-spread-{pool['metadata']['uid']}-"
+        vas = await create_all(world, names)
+        moref = {va["metadata"]["name"]: va["status"]["vm"]["moRef"] for va in vas}
+        domain = {va["metadata"]["name"]: placement_of(va)["failureDomain"] for va in vas}
+        cluster = {"zone-a": "cluster", "zone-b": "cluster2"}
+
+        async def rules_hold(want: dict[str, set[str]]) -> bool:
+            for where, members in want.items():
+                mine = {
+                    n: m
+                    for n, m in (await anti_affinity_rules(world, where)).items()
+                    if n.startswith(marker)
+                }
+                if list(mine.values()) != ([members] if len(members) >= 2 else []):
+                    return False
+            return True
+
+        def members(zone: str, gone: str = "") -> set[str]:
+            return {moref[n] for n in names if domain[n] == zone and n != gone}
+
+        want = {cluster[z]: members(z) for z in ("zone-a", "zone-b")}
+        assert all(len(m) == 2 for m in want.values())
+        await world.wait_for(
+            "one rule per cluster holding the pool's VMs there", lambda: rules_hold(want)
+        )
+
+        # one VM of zone-a goes: a rule of one VM means nothing, so it is removed
+        leaving = next(n for n in names if domain[n] == "zone-a")
+        await world.kube.delete(VA, namespace=world.namespace, name=leaving)
+        want = {cluster[z]: members(z, leaving) for z in ("zone-a", "zone-b")}
+        await world.wait_for("the zone-a rule removed, zone-b's kept", lambda: rules_hold(want))
+        assert len(want["cluster"]) == 1
+
+        # the pool's VsphereAgents go (as the pool controller deletes them with the pool,
+        # cleanupPolicy Delete): their VMs go, and the pool's rules with them
+        for name in names:
+            if name != leaving:
+                await world.kube.delete(VA, namespace=world.namespace, name=name)
+        empty: dict[str, set[str]] = {"cluster": set(), "cluster2": set()}
+        await world.wait_for("no rule of the pool left", lambda: rules_hold(empty))
