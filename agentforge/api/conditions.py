@@ -94,6 +94,10 @@ class PoolReason(StrEnum):
     VCENTER_UNTRUSTED = "VcenterUntrusted"
     """vCenter's TLS certificate did not verify against the Secret's CA bundle and the
     system store."""
+    FAILURE_DOMAIN_UNUSABLE = "FailureDomainUnusable"
+    """A failure domain of a spread pool cannot take VMs (its cluster or datastore is
+    gone, full or inaccessible, or no host of it is usable); new VMs skip it, and the
+    message names each such domain and why. False only when no domain is usable."""
     # ISOReady
     ISO_CACHED = "ISOCached"
     ISO_CACHE_FAILED = "ISOCacheFailed"
@@ -189,6 +193,9 @@ ACTIONABLE: Final[tuple[Actionable, ...]] = (
     # datastore, placement, privileges
     Actionable(_POOL, _P.VSPHERE_READY, PoolReason.VSPHERE_UNAVAILABLE,
                "fix the spec.vsphere names or the vCenter privileges the message lists"),
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.FAILURE_DOMAIN_UNUSABLE,
+               "fix or remove the failure domains the message names (spec.vsphere."
+               "failureDomains); until then new VMs go to the other domains"),
     # the pool's own references
     Actionable(_POOL, _P.INFRA_ENV_AVAILABLE, PoolReason.INFRA_ENV_NOT_FOUND,
                "create the InfraEnv or fix spec.infraEnvRef.name"),

@@ -15,7 +15,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, ClassVar, Final
 
-from pydantic import ConfigDict, Field, JsonValue, StringConstraints
+from pydantic import ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from agentforge.api import names
 from agentforge.api.conditions import Conditions, ISOEjectedReason
@@ -58,6 +58,58 @@ class CleanupPolicy(StrEnum):
     """Never delete VMs or Agents; clean-up is left to an administrator."""
 
 
+class SpreadPolicy(StrEnum):
+    NONE = "None"
+    """Today's behaviour: every VM goes to `resourcePool` and `datastoreCluster`; DRS
+    alone picks the host."""
+    SPREAD = "Spread"
+    """New VMs go to the failure domain holding the fewest of the pool's VMs, on the
+    host of its cluster holding the fewest, and a DRS anti-affinity rule per cluster
+    keeps them apart."""
+
+
+class FailureDomain(KubeModel):
+    """One place the pool's VMs may go that fails independently of the others: a
+    compute cluster (or a DRS host group in one) and the storage its VMs use."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.datastoreCluster) != has(self.datastore)",
+                    "message": "set exactly one of datastoreCluster and datastore",
+                }
+            ]
+        }
+    )
+
+    name: DNS1123Label
+    """The domain's name, unique in the pool (shown in status, events and the rule)."""
+    compute_cluster: VspherePath
+    """The compute cluster below the datacenter's host folder, e.g. `cluster-a`; VMs
+    go to its root resource pool."""
+    host_group: VsphereName | None = None
+    """A DRS host group of the cluster: only its hosts receive the pool's VMs."""
+    datastore_cluster: VsphereName | None = None
+    """The datastore cluster (Storage DRS) of the VM disks in this domain."""
+    datastore: VsphereName | None = None
+    """A single datastore for the VM disks in this domain."""
+    network: VsphereName | None = None
+    """The network (port group) of the VM's NIC here; empty means `spec.vsphere.network`."""
+
+    @model_validator(mode="after")
+    def _one_storage(self) -> FailureDomain:
+        if (self.datastore_cluster is None) == (self.datastore is None):
+            raise ValueError(
+                f"failure domain {self.name}: set exactly one of datastoreCluster and datastore"
+            )
+        return self
+
+    def resource_pool(self) -> str:
+        """The cluster's root resource pool, as `spec.vsphere.resourcePool` writes it."""
+        return f"{self.compute_cluster.strip('/')}/Resources"
+
+
 class SecretReference(KubeModel):
     """A Secret, in the pool's namespace unless `namespace` is set."""
 
@@ -69,8 +121,17 @@ class SecretReference(KubeModel):
     `agent-forge.containeroo.ch/allowed-namespaces` lists the pool's namespace."""
 
 
+SPREAD_RULE: Final[dict[str, JsonValue]] = {
+    "rule": "!has(self.spreadPolicy) || self.spreadPolicy != 'Spread' || "
+    "(has(self.failureDomains) && size(self.failureDomains) > 0)",
+    "message": "spreadPolicy Spread needs at least one entry in failureDomains",
+}
+
+
 class VsphereSpec(KubeModel):
     """Where the VMs are created in vSphere and how their virtual hardware looks."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [SPREAD_RULE]})
 
     credentials_secret_ref: SecretReference = Field(
         json_schema_extra=immutable("credentialsSecretRef")
@@ -106,6 +167,28 @@ class VsphereSpec(KubeModel):
     """The NIC adapter type."""
     disk_eagerly_scrub: bool = False
     """Eagerly zero the primary disk."""
+    failure_domains: list[FailureDomain] = Field(
+        default_factory=list,
+        max_length=32,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+    """Where the pool's VMs may go instead of `resourcePool` and `datastoreCluster`
+    (read with `spreadPolicy: Spread`); names are unique. Empty: today's placement."""
+    spread_policy: SpreadPolicy = SpreadPolicy.NONE
+    """None (default): DRS alone places the VMs, exactly as without this field.
+    Spread: needs `failureDomains`; see docs/operations.md "Failure domains"."""
+
+    @model_validator(mode="after")
+    def _domains(self) -> VsphereSpec:
+        names = [d.name for d in self.failure_domains]
+        if len(set(names)) != len(names):
+            raise ValueError("spec.vsphere.failureDomains: names must be unique")
+        if self.spread_policy == SpreadPolicy.SPREAD and not names:
+            raise ValueError("spec.vsphere.spreadPolicy Spread needs failureDomains")
+        return self
 
 
 class TemplateSpec(KubeModel):
@@ -400,6 +483,11 @@ class VsphereAgentPool(KubeModel):
     def force_refresh_token(self) -> str | None:
         """The force-iso-refresh annotation's value, if set."""
         return self.metadata.annotations.get(names.ANNOTATION_FORCE_ISO_REFRESH) or None
+
+    def spread_domains(self) -> list[FailureDomain]:
+        """The failure domains in effect: none unless `spreadPolicy` is Spread."""
+        v = self.spec.vsphere
+        return list(v.failure_domains) if v.spread_policy == SpreadPolicy.SPREAD else []
 
     @property
     def cleanup_enabled(self) -> bool:

@@ -97,6 +97,11 @@ class CreationRecord(KubeModel):
     """When the creation was recorded."""
     attempts: Count = 0
     """Failed attempts so far (a failed, half-created VM is removed before a retry)."""
+    failure_domain: str | None = None
+    """The failure domain chosen before creation (`spreadPolicy: Spread`); a resumed
+    creation uses it, never chooses again. Unset: the pool's own placement."""
+    host: str | None = None
+    """The ESXi host chosen in the domain's cluster (its name), placed at create time."""
 
 
 class DeletionPhase(StrEnum):
@@ -243,6 +248,16 @@ class ISOEjectionRecord(KubeModel):
         return self.model_copy(update={"attempts": self.attempts + 1})
 
 
+class PlacementRecord(KubeModel):
+    """Where the VM was placed when it was created (`status.placement`): kept after the
+    creation record is cleared, so a spread pool counts its VMs per domain and host."""
+
+    failure_domain: str | None = None
+    """The pool's failure domain the VM was created in."""
+    host: str | None = None
+    """The ESXi host the VM was created on (DRS may move it later)."""
+
+
 class VsphereAgentSpec(KubeModel):
     """The desired state of a VsphereAgent."""
 
@@ -280,6 +295,8 @@ class VsphereAgentStatus(KubeModel):
     """The VM; `name` is recorded before the VM is created."""
     creation: CreationRecord | None = None
     """The in-flight creation of the VM, if any."""
+    placement: PlacementRecord | None = None
+    """The failure domain and host chosen for the VM (spread pools only)."""
     iso_ejection: ISOEjectionRecord | None = None
     """The in-flight ejection of the discovery ISO, if any. It is finished even after
     the pool opts out, and cleared only after success."""

@@ -23,6 +23,7 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check.render import Item, Status
 from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
+from agentforge.reconcilers.common import domains as infra_domains
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.redaction import redact, redact_url
 from agentforge.vsphere import iso_http
@@ -253,8 +254,29 @@ async def vsphere_preflight(
             f"{where.resource_pool}, "
             f"network {where.network}, datastore cluster {where.datastore_cluster} and "
             f"ISO datastore {where.iso_datastore} found; folder {where.folder}",
-        )
+        ),
+        *await failure_domains(service, pool),
     ]
+
+
+async def failure_domains(service: vsphere.VsphereService, pool: VsphereAgentPool) -> list[Item]:
+    """One item per failure domain in effect: resolved like the pool's placement."""
+    report = await infra_domains.inspect_domains(service, pool)
+    items = [
+        Item("vsphere", Status.PASS, f"failure domain {name}", "cluster, storage, network found")
+        for name in report.usable
+    ]
+    items += [
+        Item(
+            "vsphere",
+            Status.FAIL,
+            f"failure domain {name}",
+            why,
+            "fix or remove it in spec.vsphere.failureDomains (new VMs skip it)",
+        )
+        for name, why in report.unusable
+    ]
+    return items
 
 
 def _tls(credentials: vsphere.Credentials) -> str:

@@ -10,6 +10,7 @@ from agentforge.vsphere.cdrom import EjectOutcome, EjectState
 from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.datastore import DatastoreFile, Location
 from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
+from agentforge.vsphere.hosts import HostState
 from agentforge.vsphere.iso import IsoAccess, IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
 from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
 from agentforge.vsphere.logins import LoginPolicy
@@ -71,6 +72,7 @@ __all__ = [
     "EjectState",
     "Firmware",
     "Hardware",
+    "HostState",
     "InvalidSpec",
     "InvalidState",
     "IsoAccess",

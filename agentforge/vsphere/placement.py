@@ -65,7 +65,7 @@ async def inspect(
                 f"set spec.vsphere.datacenter to one of: {', '.join(names) or 'none'}",
             )
         ]
-    inventory, pool, folder = await asyncio.gather(
+    inventory, pool, folder, host = await asyncio.gather(
         session.call(
             lambda: props.retrieve(content, objects=[_datacenter_spec(dc)], props=_INVENTORY_PROPS),
             subject=f"datacenter {dc_name}",
@@ -73,6 +73,7 @@ async def inspect(
         ),
         _find(session, f"{dc_name}/host/{placement.resource_pool}"),
         _find(session, f"{dc_name}/vm/{placement.folder}") if placement.folder else _none(),
+        _find(session, f"{dc_name}/host/{placement.host}") if placement.host else _none(),
     )
     problems: list[Problem] = []
     vm_root: Any = None
@@ -111,8 +112,19 @@ async def inspect(
                 "set spec.vsphere.folder to a folder path (it is created when missing)",
             )
         )
+    if placement.host and not isinstance(host, vim.HostSystem):
+        problems.append(
+            Problem(
+                f"host {placement.host}",
+                f"not found in datacenter {dc_name}",
+                "retried with backoff; delete the VsphereAgent to place its VM anew",
+            )
+        )
     network = await _network(session, placement.network, networks, problems)
-    pod, pod_datastores = _pod(placement.datastore_cluster, pods, datastores, problems)
+    if placement.datastore:
+        pod, pod_datastores = _single(placement.datastore, datastores, problems)
+    else:
+        pod, pod_datastores = _pod(placement.datastore_cluster, pods, datastores, problems)
     iso = _iso_datastore(placement.iso_datastore, datastores, problems)
     if problems or network is None or pod is None or iso is None:
         return None, problems
@@ -127,6 +139,7 @@ async def inspect(
             storage_pod=pod,
             pod_datastores=pod_datastores,
             iso_datastore=iso,
+            host=host,
         ),
         [],
     )
@@ -268,6 +281,29 @@ def _pod(
     return item.ref, members
 
 
+def _single(
+    name: str, datastores: dict[str, props.Fetched], problems: list[Problem]
+) -> tuple[Any, dict[str, str]]:
+    """A failure domain's single datastore: present, accessible and not full."""
+    item = datastores.get(name)
+    if item is None:
+        problems.append(
+            Problem(
+                f"datastore {name}",
+                "not found in the datacenter",
+                f"set the failure domain's datastore to one of: {_names(datastores)}",
+            )
+        )
+        return None, {}
+    if item.props.get("summary.accessible") is False:
+        problems.append(Problem(f"datastore {name}", "is not accessible", "check its host mounts"))
+        return None, {}
+    if item.props.get("summary.freeSpace") == 0:
+        problems.append(Problem(f"datastore {name}", "is full", "free space on it"))
+        return None, {}
+    return item.ref, {item.moid: name}
+
+
 def _iso_datastore(name: str, datastores: dict[str, props.Fetched], problems: list[Problem]) -> Any:
     item = datastores.get(name)
     if item is None:
@@ -321,7 +357,7 @@ _INVENTORY_PROPS: list[tuple[Any, list[str]]] = [
     (vim.Datacenter, ["vmFolder"]),
     (vim.Network, ["name"]),
     (vim.dvs.DistributedVirtualPortgroup, ["name", "key", "config.distributedVirtualSwitch"]),
-    (vim.Datastore, ["name", "summary.accessible"]),
+    (vim.Datastore, ["name", "summary.accessible", "summary.freeSpace"]),
     (vim.StoragePod, ["name", "childEntity", SDRS_ENABLED]),
 ]
 

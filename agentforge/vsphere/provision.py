@@ -16,6 +16,8 @@ Promises:
 - the datastore comes from `StorageResourceManager.RecommendDatastores` for the
   pool's datastore cluster; the recommendation is applied by pinning the VM's files
   and disk to the recommended datastore (as `govc vm.create -datastore-cluster` does);
+  a failure domain's single datastore is used as it is (no recommendation asked), and
+  a chosen host (`placement.host`) is passed to `CreateVM_Task` and to Storage DRS;
 - a VM left half-built by a step that vCenter refused (tags, power on: a fault it
   answered with) is removed, and only if it carries our markers. Nothing is removed
   when the outcome is unknown or the create was merely interrupted: a cancellation
@@ -89,7 +91,9 @@ async def _start(session: Session, request: VmRequest, slot: Slot) -> Started:
         return Started(existing=await _existing(session, request))
     try:
         task = await session.call(
-            lambda: folder.CreateVM_Task(config=spec, pool=resolved.resource_pool),
+            lambda: folder.CreateVM_Task(
+                config=spec, pool=resolved.resource_pool, host=resolved.host
+            ),
             subject=subject,
             action="create",
         )
@@ -140,7 +144,9 @@ async def _create(
     try:
         ref = await tasks.run_task(
             session,
-            lambda: folder.CreateVM_Task(config=spec, pool=resolved.resource_pool),
+            lambda: folder.CreateVM_Task(
+                config=spec, pool=resolved.resource_pool, host=resolved.host
+            ),
             subject=subject,
             action="create",
             on_started=on_task,
@@ -174,7 +180,10 @@ async def _spec_unless_taken(
     )
     if taken is not None:
         return None
-    ds_ref, ds_name = await _recommend(session, resolved, folder, request)
+    if resolved.placement.datastore:  # a failure domain's single datastore: no Storage DRS
+        ds_ref, ds_name = resolved.storage_pod, resolved.placement.datastore
+    else:
+        ds_ref, ds_name = await _recommend(session, resolved, folder, request)
     return specs.create_spec(
         name=request.name,
         hardware=request.hardware,
@@ -213,6 +222,7 @@ async def _recommend(
     placement_spec = vim.storageDrs.StoragePlacementSpec(
         type="create",
         resourcePool=resolved.resource_pool,
+        host=resolved.host,
         folder=folder,
         configSpec=draft,
         podSelectionSpec=vim.storageDrs.PodSelectionSpec(

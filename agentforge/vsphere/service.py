@@ -12,7 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentforge.vsphere import cdrom, datastore, facts, iso, provision, task_facts, task_follow, vms
+from agentforge.vsphere import (
+    cdrom,
+    datastore,
+    drs_rules,
+    facts,
+    hosts,
+    iso,
+    provision,
+    task_facts,
+    task_follow,
+    vms,
+)
 from agentforge.vsphere import placement as placements
 from agentforge.vsphere.credentials import Credentials
 from agentforge.vsphere.model import errors
@@ -48,6 +59,29 @@ class VsphereService:
             return [login_problem(self.credentials.netloc, exc)]
         _, problems = await placements.inspect(session, placement)
         return problems
+
+    async def cluster_hosts(
+        self, *, datacenter: str, cluster: str, host_group: str | None = None
+    ) -> list[hosts.HostState]:
+        """Every host of a compute cluster (or of a host group in it), with its state."""
+        return await hosts.cluster_hosts(
+            await self.session(), datacenter=datacenter, cluster=cluster, host_group=host_group
+        )
+
+    async def sync_anti_affinity(
+        self, *, datacenter: str, cluster: str, pool_uid: str, name: str, vm_moids: list[str]
+    ) -> str:
+        """The pool's DRS anti-affinity rule in `cluster` holds exactly `vm_moids` (removed
+        with fewer than two); the action taken (`none`, `add`, `edit`, `remove`)."""
+        change = await drs_rules.sync_anti_affinity(
+            await self.session(),
+            datacenter=datacenter,
+            cluster=cluster,
+            pool_uid=pool_uid,
+            name=name,
+            vm_moids=vm_moids,
+        )
+        return change.action
 
     # --- VMs ----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import pytest
 
 from agentforge import redaction, vsphere
 from agentforge.api import kinds, names
+from agentforge.kube import errors as kerrors
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import MUTATING, World, reconcile_count
 
@@ -402,3 +403,32 @@ async def test_wrong_placement_names_every_problem_and_changes_nothing(
     assert "no-such-net" in message
     assert "no-dsc" in message
     await assert_nothing_changed(vcsim_control)
+
+
+async def test_an_unusable_failure_domain_is_named_and_the_others_stay_ready(
+    world: World,
+) -> None:
+    await world.create_secret()
+    await world.create_infra_env()
+    await world.create_pool(
+        vsphere={
+            "spreadPolicy": "Spread",
+            "failureDomains": [
+                {"name": "zone-a", "computeCluster": "cluster", "datastoreCluster": "dsc1"},
+                {"name": "zone-gone", "computeCluster": "gone", "datastore": "ds1"},
+            ],
+        }
+    )
+    async with world.run(vm_controller=False):
+        pool = await world.condition(
+            POOL, "pool", "VsphereReady", status="True", reason="FailureDomainUnusable"
+        )
+        await world.condition(POOL, "pool", "ISOReady", status="True", reason="ISOCached")
+    message = {c["type"]: c for c in pool["status"]["conditions"]}["VsphereReady"]["message"]
+    assert message.startswith("new VMs go to zone-a only; skipped: failure domain zone-gone")
+    assert "resource pool gone/Resources" in message
+
+
+async def test_spread_without_failure_domains_is_refused_by_the_api_server(world: World) -> None:
+    with pytest.raises(kerrors.Invalid, match="spreadPolicy Spread needs at least one entry"):
+        await world.create_pool(vsphere={"spreadPolicy": "Spread"})

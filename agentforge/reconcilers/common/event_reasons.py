@@ -28,6 +28,8 @@ class VmEvent(StrEnum):
     VM_RETAINED = "VMRetained"
     POOL_NOT_FOUND = "PoolNotFound"
     AGENT_DELETED = "AgentDeleted"
+    SPREAD_RULE_UPDATED = "SpreadRuleUpdated"
+    SPREAD_RULE_FAILED = "SpreadRuleFailed"
 
 
 class InfraEvent(StrEnum):

@@ -8,12 +8,13 @@ share (`indexes` plus one of their own, registered idempotently).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agentforge import vsphere
 from agentforge.api import kinds
-from agentforge.api.pool import VsphereAgentPool
+from agentforge.api.pool import FailureDomain, VsphereAgentPool
 from agentforge.kube.informer import Informer
 from agentforge.kube.ratelimit import BucketLimiter, ItemExponentialLimiter, MaxOfLimiter
 from agentforge.kube.store import IndexFunc, ObjectKey, key_for
@@ -37,6 +38,22 @@ def placement(pool: VsphereAgentPool) -> vsphere.Placement:
         network=v.network,
         datastore_cluster=v.datastore_cluster,
         iso_datastore=v.iso_datastore,
+    )
+
+
+def domain_placement(
+    pool: VsphereAgentPool, domain: FailureDomain, *, host: str | None = None
+) -> vsphere.Placement:
+    """The pool's placement with a failure domain's cluster, storage and network, on
+    `host` of its cluster when one was chosen (the folder stays the pool's: ISO pruning,
+    adoption and orphan clean-up read that one folder)."""
+    return dataclasses.replace(
+        placement(pool),
+        resource_pool=domain.resource_pool(),
+        datastore_cluster=domain.datastore_cluster or "",
+        datastore=domain.datastore or "",
+        network=domain.network or pool.spec.vsphere.network,
+        host=f"{domain.compute_cluster.strip('/')}/{host}" if host else "",
     )
 
 

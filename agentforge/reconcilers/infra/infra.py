@@ -55,7 +55,7 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common import domains, indexes, pool_specs
 from agentforge.reconcilers.common.deps import CredentialsError, Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import infra_iso
@@ -222,6 +222,9 @@ class InfraReconciler:
             problems = await service.preflight(placement=where)
         except vsphere.VsphereError as exc:
             problems = [vsphere.Problem(subject="vCenter", message=str(exc), fix="retried")]
+        report = None if problems else await domains.inspect_domains(service, pool)
+        if report is not None and report.unusable:
+            return self._domains_unusable(key, inputs, report, outcome=outcome, now=now)
         retry_at = self.gate.record(key, inputs, ok=not problems, now=now)
         if not problems:
             outcome.condition(
@@ -244,6 +247,30 @@ class InfraReconciler:
             message=message,
         )
         outcome.event(EventType.WARNING, InfraEvent.VSPHERE_UNAVAILABLE, message)
+        if retry_at is not None:
+            outcome.wake_at.append(retry_at)
+
+    def _domains_unusable(
+        self,
+        key: str,
+        inputs: gate.Inputs,
+        report: domains.DomainReport,
+        *,
+        outcome: infra_iso.Outcome,
+        now: datetime,
+    ) -> None:
+        """Some failure domains cannot take VMs: said, never skipped silently. With one
+        usable domain left the pool stays ready (checked again when its spec or
+        credentials change, or after a restart); with none, again after the backoff."""
+        usable = bool(report.usable)
+        retry_at = self.gate.record(key, inputs, ok=usable, now=now)
+        outcome.condition(
+            PoolConditionType.VSPHERE_READY,
+            ok=usable,
+            reason=PoolReason.FAILURE_DOMAIN_UNUSABLE,
+            message=report.message,
+        )
+        outcome.event(EventType.WARNING, InfraEvent.VSPHERE_UNAVAILABLE, report.message)
         if retry_at is not None:
             outcome.wake_at.append(retry_at)
 

@@ -57,7 +57,7 @@ from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.reconcilers.common.deps import Deps
-from agentforge.reconcilers.vm import adopt, vm_create, vm_delete
+from agentforge.reconcilers.vm import adopt, vm_create, vm_delete, vm_spread
 from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 from agentforge.reconcilers.waits.login_waits import LoginWaits
 from agentforge.reconcilers.waits.task_waits import TaskWaits
@@ -97,6 +97,7 @@ class VmReconciler:
         self._wrote: Callable[[ObjectKey, str], None] | None = None
         self.waits = LoginWaits(deps.vsphere)
         self.tasks = TaskWaits(deps.vsphere, controller=CONTROLLER_NAME)
+        self.spread = vm_spread.SpreadLedger()
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         raw = self._agents.get_by_key(key)
@@ -116,6 +117,7 @@ class VmReconciler:
             now=self._deps.now(),
             key=key,
             waits=self.tasks,
+            spread=self.spread,
         )
         wrote = self._wrote
         writer = StatusWriter.of(

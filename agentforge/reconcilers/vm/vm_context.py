@@ -7,9 +7,10 @@ takes only the ones it uses.
 The `pool` controller writes `status.vm.{phase,reason,agentRef,machineRef,
 lastTransitionTime}` of the same objects, so every write here is `update_status` with
 a mutation that touches only this controller's fields: `status.vm.{name,
-biosUUID,macAddress,instanceUUID,moRef}`, `status.creation`, `status.deletion` and the
-`Ready` condition; the one exception is the first phase of a record that has none yet
-(`phases.initial`), which the pool controller leaves to this first write. A mutation
+biosUUID,macAddress,instanceUUID,moRef}`, `status.creation`, `status.placement`,
+`status.deletion` and the `Ready` condition; the one exception is the first phase of a
+record that has none yet (`phases.initial`), which the pool controller leaves to this
+first write. A mutation
 that finds the object replaced (another UID) writes nothing; one that changes nothing
 makes no request beyond the fresh GET.
 
@@ -52,6 +53,7 @@ from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.reconcilers.planning import phases
+from agentforge.reconcilers.vm.vm_spread import SpreadLedger
 
 if TYPE_CHECKING:
     from agentforge.reconcilers.waits.task_waits import TaskWaits
@@ -135,6 +137,8 @@ class VmInputs:
     pool: VsphereAgentPool | None
     now: datetime
     vcenter: VcenterHandle
+    spread: SpreadLedger | None = None
+    """The controller's spread choices in flight (`vm_spread`); None: a fresh one."""
 
     @classmethod
     def of(
@@ -147,9 +151,12 @@ class VmInputs:
         now: datetime,
         key: ObjectKey | None = None,
         waits: TaskWaits | None = None,
+        spread: SpreadLedger | None = None,
     ) -> VmInputs:
         vcenter = VcenterHandle(deps=deps, pool=pool, key=key, waits=waits)
-        return cls(deps=deps, raw=raw, agent=agent, pool=pool, now=now, vcenter=vcenter)
+        return cls(
+            deps=deps, raw=raw, agent=agent, pool=pool, now=now, vcenter=vcenter, spread=spread
+        )
 
     @property
     def where(self) -> str:
@@ -314,6 +321,21 @@ def creation_edit(record: CreationRecord | None) -> Edit:
         status["creation"] = wire.to_wire(record)
         vm = status.setdefault("vm", {})
         vm["name"] = record.vm_name
+        placement_edit(record)(obj)
+
+    return edit
+
+
+def placement_edit(record: CreationRecord) -> Edit:
+    """Keep the record's failure domain and host in `status.placement` (the pool's spread
+    counts read it after the record is cleared); nothing without a domain."""
+
+    def edit(obj: JsonObj) -> None:
+        if record.failure_domain:
+            placed = {"failureDomain": record.failure_domain}
+            if record.host:
+                placed["host"] = record.host
+            obj["status"]["placement"] = placed
 
     return edit
 

@@ -10,7 +10,9 @@ pass reads the outcome from vCenter by the recorded moref. No worker waits on a 
    the pools in turn); none free -> the pass ends, the key is woken when its pool's
    turn comes.
 3. Checkpoint: `status.creation` (VM name, a BIOS UUID chosen now, markers,
-   datacenter, folder, ISO, phase `CreateIssued`) and `status.vm.name` are written
+   datacenter, folder, ISO, phase `CreateIssued`; for a spread pool the failure domain
+   and host chosen now by `vm_spread`, also kept in `status.placement`) and
+   `status.vm.name` are written
    with `update_status` and the stored object returned by the PUT is checked to hold
    exactly this record (the read-back). The mutation refuses to overwrite a record
    or an identity already there, so a stale cache cannot start a second creation.
@@ -44,6 +46,7 @@ import uuid
 from typing import Final
 
 from agentforge import vsphere
+from agentforge.api import kinds
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import errors as kerrors
@@ -53,7 +56,7 @@ from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.common.deps import CredentialsError
 from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.reconcilers.planning import naming
-from agentforge.reconcilers.vm import vm_decide, vm_lookup
+from agentforge.reconcilers.vm import vm_decide, vm_lookup, vm_spread
 from agentforge.reconcilers.vm.vm_context import (
     Edit,
     JsonObj,
@@ -62,6 +65,7 @@ from agentforge.reconcilers.vm.vm_context import (
     creation_edit,
     identity_edit,
     is_checkpointed,
+    placement_edit,
 )
 from agentforge.vsphere import metrics as vmetrics
 
@@ -140,6 +144,9 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
     if task is not None and task.error is not None and not taken_by_us:
         return await _task_failed(writer, record, task)
     if plan.step is vm_decide.ResumeStep.CREATE:
+        if record.failure_domain and vm_spread.domain_of(pool, record.failure_domain) is None:
+            await _failed(writer, vm_lookup.domain_gone(inputs, record), record=record)
+            return Result(requeue=True)
         return await _start(inputs, writer, service, record, _request(inputs, record))
     assert plan.vm is not None  # FINISH: our VM exists and does not run yet
     return await _converge(inputs, writer, service, record, _request(inputs, record), vm=plan.vm)
@@ -148,25 +155,42 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
 async def _begin(
     inputs: VmInputs, writer: StatusWriter, service: vsphere.VsphereService
 ) -> Result | None:
-    """Claim a slot, checkpoint the intent (read back), then start the create."""
+    """Claim a slot, choose the failure domain and host of a spread pool, checkpoint the
+    intent (read back), then start the create."""
+    pool = inputs.pool
+    assert pool is not None
     slot = inputs.vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
+    ledger = inputs.spread or vm_spread.SpreadLedger()
+    pool_key = vm_spread.pool_key(pool)
     try:
-        record = _new_record(inputs)
-        stored = await writer.write(
-            _checkpoint(record),
-            writer.ready_edit(
-                ok=False,
-                reason=R.VM_CREATING,
-                message=f"creating VM {record.vm_name} (BIOS UUID {record.bios_uuid})",
-            ),
-        )
-        if not is_checkpointed(stored, record):
-            return Result(requeue_after=1.0)  # the cache was behind: decide again on fresh data
+        async with ledger.choosing(pool_key):
+            try:
+                spot = await vm_spread.place(
+                    service, pool, informer=inputs.deps.informer(kinds.VSPHERE_AGENT), ledger=ledger
+                )
+            except (vm_spread.NoUsableDomain, vsphere.VsphereError) as exc:
+                await _failed(writer, f"cannot place the VM: {exc}")
+                return Result(requeue=True)
+            record = _new_record(inputs, spot)
+            if spot is not None:
+                ledger.note(pool_key, inputs.agent.metadata.name, spot)
+            stored = await writer.write(
+                _checkpoint(record),
+                writer.ready_edit(
+                    ok=False,
+                    reason=R.VM_CREATING,
+                    message=f"creating VM {record.vm_name} (BIOS UUID {record.bios_uuid})",
+                ),
+            )
+            if not is_checkpointed(stored, record):
+                ledger.drop(pool_key, inputs.agent.metadata.name)
+                return Result(requeue_after=1.0)  # the cache was behind: decide on fresh data
         await writer.event(
             EventType.NORMAL,
             VmEvent.VM_CREATING,
             f"creating VM {record.vm_name} in folder {record.folder} of datacenter "
-            f"{record.datacenter} with BIOS UUID {record.bios_uuid}",
+            f"{record.datacenter}{spot.describe() if spot else ''} with BIOS UUID "
+            f"{record.bios_uuid}",
         )
         return await _start(inputs, writer, service, record, _request(inputs, record), slot=slot)
     finally:  # (bound to the started task, or released by the start)
@@ -231,6 +255,7 @@ async def _done(
     """The VM runs: identity recorded (when read now), record cleared, Ready=True."""
     if vm is not None:
         writer.defer(identity_edit(name=vm.name, vm=vm))
+    writer.defer(placement_edit(record))
     writer.defer(creation_edit(None))
     recorded = inputs.agent.status.vm
     name = vm.name if vm else record.vm_name
@@ -247,10 +272,13 @@ async def _done(
         VmEvent.VM_CREATED,
         f"VM {name} is running (BIOS UUID {bios_uuid}, MAC {mac})",
     )
+    moref = vm.moid if vm else (recorded.mo_ref if recorded else None)
+    if record.failure_domain and moref:
+        await vm_spread.sync_after(inputs, writer, created=(inputs.agent.metadata.name, moref))
     return None
 
 
-def _new_record(inputs: VmInputs) -> CreationRecord:
+def _new_record(inputs: VmInputs, spot: vm_spread.Spot | None = None) -> CreationRecord:
     pool = inputs.pool
     assert pool is not None
     assert pool.status.iso.path
@@ -268,6 +296,8 @@ def _new_record(inputs: VmInputs) -> CreationRecord:
         iso_path=pool_specs.iso_backing(pool, pool.status.iso.path),
         phase=CreationPhase.CREATE_ISSUED,
         started_at=inputs.now,
+        failure_domain=spot.domain.name if spot else None,
+        host=spot.host if spot else None,
     )
 
 

@@ -57,7 +57,14 @@ from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.reconcilers.common.deps import CredentialsError
 from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.reconcilers.planning.snapshot import agent_facts, identifies, identity_conflicts
-from agentforge.reconcilers.vm import vm_create, vm_decide, vm_delete_tasks, vm_lookup, vm_stamp
+from agentforge.reconcilers.vm import (
+    vm_create,
+    vm_decide,
+    vm_delete_tasks,
+    vm_lookup,
+    vm_spread,
+    vm_stamp,
+)
 from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 
 __all__ = ["EjectionHook", "finalize", "remove_finalizer"]
@@ -150,6 +157,8 @@ async def finalize(
             return await _held(inputs, writer, outcome, vm=name or bios_uuid or "")
         for unbound in outcome:
             await _delete_agent(inputs, writer, unbound)
+        if agent.status.placement is not None:  # a spread pool's rules lose the VM
+            await vm_spread.sync_after(inputs, writer)
     except (vsphere.VsphereError, CredentialsError) as exc:
         message = f"deleting VM {name or bios_uuid} failed: {exc}; retried with backoff"
         await writer.ready(ok=False, reason=R.VM_DELETE_FAILED, message=message)

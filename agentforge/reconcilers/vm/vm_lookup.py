@@ -27,10 +27,26 @@ P = CreationPhase
 
 
 def placement(inputs: VmInputs, record: CreationRecord) -> vsphere.Placement:
-    """The pool's placement, in the record's datacenter and folder."""
-    assert inputs.pool is not None
-    return dataclasses.replace(
-        pool_specs.placement(inputs.pool), datacenter=record.datacenter, folder=record.folder
+    """The pool's placement (or the recorded failure domain's, on the recorded host), in
+    the record's datacenter and folder."""
+    pool = inputs.pool
+    assert pool is not None
+    domain = next(
+        (d for d in pool.spec.vsphere.failure_domains if d.name == record.failure_domain), None
+    )
+    where = (
+        pool_specs.domain_placement(pool, domain, host=record.host)
+        if record.failure_domain and domain is not None
+        else pool_specs.placement(pool)
+    )
+    return dataclasses.replace(where, datacenter=record.datacenter, folder=record.folder)
+
+
+def domain_gone(inputs: VmInputs, record: CreationRecord) -> str:
+    return (
+        f"failure domain {record.failure_domain} recorded for VM {record.vm_name} is no longer "
+        f"in spec.vsphere.failureDomains of the pool; put it back, or delete {inputs.where} "
+        "to place its VM anew"
     )
 
 

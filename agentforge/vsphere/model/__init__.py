@@ -7,6 +7,7 @@
 - `iso`: what an ISO transfer is asked for and what it yields.
 - `placement`: where a pool's VMs go, and what resolving it found.
 - `datastore`: a datastore of a datacenter by name, and a file found on it.
+- `spread`: which failure domain and host take a spread pool's next VM; the pool's rule.
 - The BIOS UUID and MAC canonical forms are `agentforge.identity`, shared with `api/`.
 
 May import only the standard library, `agentforge.identity` and each other: no

@@ -20,6 +20,12 @@ class Placement:
     network: str
     datastore_cluster: str
     iso_datastore: str
+    datastore: str = ""
+    """A single datastore for the disks instead of `datastore_cluster` (a failure domain
+    may name one); empty: the datastore cluster."""
+    host: str = ""
+    """The ESXi host to create the VM on, below the datacenter's host folder
+    (`<cluster>/<host>`: a spread pool's chosen host); empty: DRS picks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +60,5 @@ class ResolvedPlacement:
     storage_pod: Any
     pod_datastores: Mapping[str, str]
     iso_datastore: Any
+    host: Any = None
+    """The chosen HostSystem (`placement.host`), else None."""

@@ -243,3 +243,58 @@ def test_iso_ejection_counts_count_each_reason() -> None:
         "ejectionFailed": 0,
         "noOwnedMedia": 0,
     }
+
+
+DOMAINS = [
+    {"name": "zone-a", "computeCluster": "cluster-a", "datastoreCluster": "pod-a"},
+    {"name": "zone-b", "computeCluster": "cluster-b", "datastore": "ds-b", "network": "VM Network"},
+]
+
+
+def test_without_failure_domains_placement_is_unchanged() -> None:
+    pool = make_pool()
+    assert pool.spec.vsphere.failure_domains == []
+    assert pool.spec.vsphere.spread_policy == "None"
+    assert pool.spread_domains() == []
+    listed = make_pool(spec_with("vsphere.failureDomains", DOMAINS))
+    assert listed.spread_domains() == []  # listed but not in effect without Spread
+
+
+def test_spread_over_failure_domains_is_accepted_by_model_and_crd() -> None:
+    spec = spec_with("vsphere.failureDomains", DOMAINS)
+    spec["vsphere"]["spreadPolicy"] = "Spread"
+    assert crd_errors(spec) == []
+    pool = make_pool(spec)
+    assert [d.name for d in pool.spread_domains()] == ["zone-a", "zone-b"]
+    assert pool.spread_domains()[0].resource_pool() == "cluster-a/Resources"
+
+
+@pytest.mark.parametrize(
+    ("domains", "policy", "error"),
+    [
+        ([], "Spread", "needs failureDomains"),
+        ([{**DOMAINS[0], "datastore": "ds-a"}], "Spread", "exactly one of"),
+        ([{"name": "zone-a", "computeCluster": "c"}], "None", "exactly one of"),
+        ([DOMAINS[0], DOMAINS[0]], "Spread", "unique"),
+    ],
+)
+def test_bad_failure_domains_are_refused_with_the_fix(
+    domains: list[dict[str, Any]], policy: str, error: str
+) -> None:
+    spec = spec_with("vsphere.failureDomains", domains)
+    spec["vsphere"]["spreadPolicy"] = policy
+    with pytest.raises(ValidationError, match=error):
+        make_pool(spec)
+
+
+def test_the_crd_carries_the_cel_rules_of_failure_domains() -> None:
+    schema = crdgen.render(crdgen.POOL)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    vsphere = schema["properties"]["spec"]["properties"]["vsphere"]
+    assert "Spread" in vsphere["x-kubernetes-validations"][0]["rule"]
+    domains = vsphere["properties"]["failureDomains"]
+    assert domains["x-kubernetes-list-type"] == "map"
+    assert domains["x-kubernetes-list-map-keys"] == ["name"]
+    assert domains["items"]["x-kubernetes-validations"][0]["rule"] == (
+        "has(self.datastoreCluster) != has(self.datastore)"
+    )
+    assert crd_errors(spec_with("vsphere.spreadPolicy", "Everywhere"))

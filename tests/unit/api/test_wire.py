@@ -57,6 +57,8 @@ def test_go_pool_round_trips_without_loss(fixture: Load) -> None:
     assert added_paths(original, dumped) == {
         "spec.iso.ejectAfterInstall",
         "spec.spares",
+        "spec.vsphere.failureDomains",  # (issue 15: spreading, opt-in)
+        "spec.vsphere.spreadPolicy",
         "status.isoEjections.disabled",
         "status.isoEjections.waitingForInstallation",
         "status.isoEjections.ejectionInProgress",
