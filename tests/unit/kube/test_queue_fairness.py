@@ -64,7 +64,7 @@ def test_groups_take_turns_and_each_group_is_fifo(added: list[tuple[int, int]]) 
     keys = [f"{g}-{n}" for g, n in added]
 
     def group(key: str) -> Hashable:
-        return key.split("-")[0]
+        return key.split("-", maxsplit=1)[0]
 
     q = queue.WorkQueue[str](name="fair-property", clock=lambda: 0.0, fairness=group)
     for key in keys:
