@@ -96,9 +96,7 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.q: queue.WorkQueue[str] = queue.WorkQueue(
             name="fair-stateful", clock=lambda: 0.0, fairness=group_of
         )
-        self.turns: collections.OrderedDict[str, collections.deque[str]] = (
-            collections.OrderedDict()
-        )
+        self.turns: collections.OrderedDict[str, collections.deque[str]] = collections.OrderedDict()
         self.dirty: set[str] = set()
         self.processing: set[str] = set()
 
