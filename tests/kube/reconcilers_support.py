@@ -38,20 +38,14 @@ from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.reconcilers.pool import pool
 from agentforge.reconcilers.scaleup import scaleup
 from agentforge.reconcilers.vm import vm
+from agentforge.wiring import CACHED_KINDS
 from sim.controlplane.controlplane import ControlPlane
 
 IDENTITY = "agent-forge-it"
 FAST_VSPHERE = vsphere.SessionOptions(
     retry_attempts=3, retry_initial_seconds=0.01, retry_max_seconds=0.05, wait_max_seconds=15
 )
-KINDS = (
-    kinds.VSPHERE_AGENT_POOL,
-    kinds.VSPHERE_AGENT,
-    kinds.AGENT,
-    kinds.AGENT_MACHINE,
-    kinds.MACHINE,
-    kinds.INFRA_ENV,
-)
+KINDS = CACHED_KINDS  # the kinds the app caches
 T = TypeVar("T")
 JsonObj = dict[str, Any]
 

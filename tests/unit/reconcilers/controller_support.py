@@ -23,17 +23,11 @@ from agentforge.kube.informer import Informer
 from agentforge.kube.store import key_for, object_key
 from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
+from agentforge.wiring import CACHED_KINDS
 from tests.unit.reconcilers.planner_support import NOW, merge
 
 JsonObj = dict[str, Any]
-CACHED = (
-    kinds.VSPHERE_AGENT_POOL,
-    kinds.VSPHERE_AGENT,
-    kinds.AGENT,
-    kinds.AGENT_MACHINE,
-    kinds.MACHINE,
-    kinds.INFRA_ENV,
-)
+CACHED = CACHED_KINDS  # the kinds the app caches
 _KINDS = {k.kind: k for k in CACHED}
 
 
