@@ -3,9 +3,9 @@
 Everything a plan needs is found by index (`indexes`): the AgentMachines and
 Machines of the pool's nodePool, the Agents of its InfraEnv, its VsphereAgents,
 other pools' VsphereAgents in the namespace (their claims), the InfraEnv, and other
-live pools serving the same nodePool. Objects become planner facts through one
-`FactsMemo` per kind, so a reconcile of a pool of thousands of VMs parses only the
-objects that changed since the last one.
+live pools serving the same nodePool. Objects become planner facts once per version,
+at cache time (the informers' records, `reconcilers/common/records.py`), so a
+reconcile of a pool of thousands of VMs parses nothing.
 """
 
 from __future__ import annotations
