@@ -5,7 +5,9 @@ managed object references, cached in the session until vCenter says one of them 
 gone (`invalidate`). `inspect` checks all parts and returns *every* problem in one go
 (each naming the object and a fix), because a user fixing a pool spec one error per
 reconcile is slow and annoying. The VM folder may be missing: it is created on first
-use (nested paths too), so it is not a problem.
+use (nested paths too), so it is not a problem. The same inventory read gives the
+free storage of the disks' datastore (or datastore cluster), so a spread pool can
+break ties between failure domains by it without another round trip.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ async def inspect(
     networks: dict[str, list[props.Fetched]] = {}
     pods: dict[str, props.Fetched] = {}
     datastores: dict[str, props.Fetched] = {}
+    free_by_moid: dict[str, int] = {}
     seen: set[str] = set()
     for item in inventory:
         if item.moid in seen:
@@ -94,6 +97,8 @@ async def inspect(
             pods[str(item.props.get("name"))] = item
         elif isinstance(ref, vim.Datastore):
             datastores[str(item.props.get("name"))] = item
+            if item.props.get("summary.accessible") is not False:
+                free_by_moid[item.moid] = int(item.props.get("summary.freeSpace") or 0)
 
     if not isinstance(pool, vim.ResourcePool):
         problems.append(
@@ -140,6 +145,7 @@ async def inspect(
             pod_datastores=pod_datastores,
             iso_datastore=iso,
             host=host,
+            free_storage=sum(free_by_moid.get(moid, 0) for moid in pod_datastores),
         ),
         [],
     )

@@ -53,12 +53,19 @@ class VsphereService:
         """Every problem with credentials, connectivity and placement, in one go.
 
         `errors.LoginPending` (a login still running) is raised, not reported."""
+        problems, _ = await self.inspect_storage(placement=placement)
+        return problems
+
+    async def inspect_storage(self, *, placement: Placement) -> tuple[list[Problem], int]:
+        """`preflight`, and the placement's free storage in bytes read in the same
+        inventory retrieval (its datastore's, or summed over its datastore cluster's
+        accessible datastores; 0 when it has problems)."""
         try:
             session = await self.session()
         except errors.VsphereError as exc:
-            return [login_problem(self.credentials.netloc, exc)]
-        _, problems = await placements.inspect(session, placement)
-        return problems
+            return [login_problem(self.credentials.netloc, exc)], 0
+        resolved, problems = await placements.inspect(session, placement)
+        return problems, resolved.free_storage if resolved is not None else 0
 
     async def cluster_hosts(
         self, *, datacenter: str, cluster: str, host_group: str | None = None

@@ -1,9 +1,11 @@
 """Failure domains against the simulator: each resolved like the pool's placement, a
 domain that cannot take VMs (cluster gone, datastore missing) named with its reason,
-never skipped silently (`reconcilers.common.domains`, `vsphere.placement`)."""
+never skipped silently, and each usable domain's free storage read in the same
+inventory retrieval (`reconcilers.common.domains`, `vsphere.placement`)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 from typing import Any
@@ -14,7 +16,8 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
 from agentforge.check.render import Status
 from agentforge.reconcilers.common import domains
-from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService
+from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService, props
+from agentforge.vsphere.vmomi import vim
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 from tests.vcsim.conftest import FAST
 
@@ -52,6 +55,30 @@ async def test_unusable_domains_are_named_with_their_reason(service: VsphereServ
     assert "resource pool gone/Resources" in why["zone-gone"]
     assert "datastore no-such-ds: not found" in why["zone-nods"]
     assert report.message.startswith("new VMs go to zone-a, zone-b only; skipped:")
+    # free storage: the datastore cluster's is the sum over its datastores (ds1, ds2)
+    free = await datastore_free(service)
+    assert report.free == {"zone-a": free["ds1"] + free["ds2"], "zone-b": free["ds2"]}
+    assert free["ds1"] > 0
+    assert free["ds2"] > 0
+
+
+async def datastore_free(service: VsphereService) -> dict[str, int]:
+    """Datastore name -> `summary.freeSpace`, read from vCenter."""
+    content = (await service.session()).content
+
+    def read() -> dict[str, int]:
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.Datastore], True)
+        try:
+            found = props.retrieve(
+                content,
+                objects=props.object_specs(view.view),
+                props=[(vim.Datastore, ["name", "summary.freeSpace"])],
+            )
+        finally:
+            view.Destroy()
+        return {str(f.props["name"]): int(f.props["summary.freeSpace"]) for f in found}
+
+    return await asyncio.to_thread(read)
 
 
 async def test_no_usable_domain_says_so(service: VsphereService) -> None:

@@ -2,15 +2,18 @@
 
 A pool with `spreadPolicy: Spread` places each new VM in a failure domain and on a
 host of that domain's cluster. The choice is the pure `vsphere.model.spread.choose`
-(fewest of the pool's VMs first), fed with:
+(fewest of the pool's VMs first; ties to the most free capacity, then the name), fed
+with:
 
 - the pool's VMs per domain and per host, counted from its VsphereAgents' records
   (`status.creation` while a creation is in flight, `status.placement` after it), plus
   the choices this process made whose checkpoints the cache does not show yet;
 - the domains' usability: each resolved like the pool's placement (the preflight,
-  `common.domains`), and the hosts of the chosen domain's cluster (connected, not in
-  maintenance, in its host group when one is set). A domain with no usable host is
-  skipped like one whose datastore is full, and the choice is made again.
+  `common.domains`, whose inventory read also gives each domain's free storage, the
+  domains' tie-break), and the hosts of the chosen domain's cluster (connected, not in
+  maintenance, in its host group when one is set; ties by free memory). A domain with
+  no usable host is skipped like one whose datastore is full, and the choice is made
+  again.
 
 `choosing` serialises the choices of one pool in this process from the choice to the
 read-back of the checkpoint (`vm_create._begin`), so two VsphereAgents created at once
@@ -178,7 +181,12 @@ async def choose(
     unusable = dict(report.unusable)
     for _ in pool.spread_domains():
         buckets = [
-            spread.Bucket(name=d.name, vms=per_domain[d.name], unusable=unusable.get(d.name))
+            spread.Bucket(
+                name=d.name,
+                vms=per_domain[d.name],
+                free=report.free.get(d.name, 0),
+                unusable=unusable.get(d.name),
+            )
             for d in pool.spread_domains()
         ]
         choice = spread.choose_domain(buckets)

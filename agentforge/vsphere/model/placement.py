@@ -62,3 +62,7 @@ class ResolvedPlacement:
     iso_datastore: Any
     host: Any = None
     """The chosen HostSystem (`placement.host`), else None."""
+    free_storage: int = 0
+    """Free bytes for the disks when resolved: the datastore's, or the sum over the
+    datastore cluster's accessible datastores (a spread pool's tie-break between domains;
+    as old as the resolution, so `VsphereService.inspect_storage` reads it fresh)."""

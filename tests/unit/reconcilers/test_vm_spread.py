@@ -1,8 +1,9 @@
 """The vm controller's spread inputs (`vm_spread`): counts from the VsphereAgents'
-records and this process's pending choices, a domain without a usable host skipped
-and the choice made again, and no usable domain refused with every reason.
+records and this process's pending choices, ties between domains broken by their free
+storage, a domain without a usable host skipped and the choice made again, and no
+usable domain refused with every reason.
 
-The vCenter side is a stand-in answering `preflight` and `cluster_hosts` (a pure unit:
+The vCenter side is a stand-in answering `inspect_storage` and `cluster_hosts` (a pure unit:
 the real calls are shown in tests/kube/test_reconcilers_spread.py)."""
 
 from __future__ import annotations
@@ -31,15 +32,24 @@ def spread_pool(domains: list[dict[str, Any]] = DOMAINS) -> VsphereAgentPool:
 
 
 class Vcenter:
-    def __init__(self, hosts: dict[str, list[HostState]], broken: set[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        hosts: dict[str, list[HostState]],
+        broken: set[str] = frozenset(),
+        free: dict[str, int] | None = None,
+    ) -> None:
         self.hosts = hosts
         self.broken = broken
+        self.free = free or {}
+        """Free bytes per datastore (0 when not named)."""
 
-    async def preflight(self, *, placement: vsphere.Placement) -> list[vsphere.Problem]:
+    async def inspect_storage(
+        self, *, placement: vsphere.Placement
+    ) -> tuple[list[vsphere.Problem], int]:
         cluster = placement.resource_pool.removesuffix("/Resources")
         if cluster in self.broken:
-            return [vsphere.Problem(f"resource pool {cluster}/Resources", "not found", "fix")]
-        return []
+            return [vsphere.Problem(f"resource pool {cluster}/Resources", "not found", "fix")], 0
+        return [], self.free.get(placement.datastore, 0)
 
     async def cluster_hosts(
         self, *, datacenter: str, cluster: str, host_group: str | None = None
@@ -101,6 +111,19 @@ async def test_pending_choices_count_until_the_cache_shows_them() -> None:
     assert ledger.pending("ns/pool", {"one": ("zone-a", first.host), "two": None}) == {}
     third = await choose(Vcenter(HOSTS), [shown, agent("two")], ledger)
     assert third.domain.name == "zone-b"
+
+
+async def test_tied_domains_go_to_the_one_with_the_most_free_storage() -> None:
+    gib = 1 << 30
+    # by name zone-a would win the tie; zone-b's datastore has more free space
+    spot = await choose(Vcenter(HOSTS, free={"ds-a": 10 * gib, "ds-b": 50 * gib}), [agent("me")])
+    assert spot.domain.name == "zone-b"
+    tied = [agent("x", failureDomain="zone-a", host="a1"), agent("me")]
+    # free space only breaks ties: the domain holding fewer of the pool's VMs still wins
+    spot = await choose(Vcenter(HOSTS, free={"ds-a": 50 * gib, "ds-b": 10 * gib}), tied)
+    assert spot.domain.name == "zone-b"
+    spot = await choose(Vcenter(HOSTS, free={"ds-a": 50 * gib, "ds-b": 10 * gib}), [agent("me")])
+    assert spot.domain.name == "zone-a"
 
 
 async def test_a_domain_without_a_usable_host_is_skipped_and_another_chosen() -> None:
