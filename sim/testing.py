@@ -22,6 +22,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -31,7 +32,7 @@ _SETTLE_TURNS = 5  # loop iterations granted to tasks that are finishing
 _CANCEL_GRACE_S = 5.0
 _PROCESS_GRACE_S = 2.0
 
-ProcessKey = tuple[int, float]  # pid and start time: pids get reused
+ProcessKey = tuple[int, float]  # pid and start (ticks since boot): pids get reused
 
 
 # --- asyncio tasks -------------------------------------------------------------------
@@ -93,13 +94,25 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 # --- child processes -------------------------------------------------------------------
 
 
+def _started(process: psutil.Process) -> float:
+    """When `process` started, in a form that never moves: clock ticks since boot from
+    /proc/<pid>/stat. psutil's `create_time()` is boot time (wall clock) plus those
+    ticks, so a step of the wall clock (NTP, a paused VM resumed) shifts it for every
+    process at once, and every session process would look new and be killed."""
+    try:
+        stat = Path(f"/proc/{process.pid}/stat").read_text()
+    except OSError:
+        return process.create_time()  # not Linux: the wall-clock form
+    return float(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+
+
 def _children() -> dict[ProcessKey, psutil.Process]:
     found: dict[ProcessKey, psutil.Process] = {}
     for child in psutil.Process().children(recursive=True):
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
                 continue  # exited, merely not reaped: nothing is running
-            found[(child.pid, child.create_time())] = child
+            found[(child.pid, _started(child))] = child
         except psutil.NoSuchProcess:
             continue
     return found
