@@ -359,3 +359,52 @@ async def test_deleting_the_pool_removes_its_rules_from_every_cluster_and_no_oth
     assert {n: after.get(n) for n in foreign} == foreign  # untouched, members too
     assert await world.events("SpreadRuleUpdated")
     assert not await world.events("SpreadRuleFailed")
+
+
+async def test_a_failed_rule_change_is_said_on_the_pool_and_retried_until_the_rule_holds(
+    spread_world: World,
+) -> None:
+    """vCenter refuses the first two rule changes (NoPermission): a Warning on the pool
+    names the cluster and the fix, and the rule converges by the controller's own retry,
+    with no VM created or deleted after the failure."""
+    world = spread_world
+    names = [f"va{i}" for i in range(4)]
+    async with world.run():
+        await spread_pool(world, DOMAINS)
+        pool = await world.get(POOL, "pool")
+        assert pool is not None
+        marker = f"agent-forge-spread-{pool['metadata']['uid']}-"
+        await world.vcsim.control.fail_next_tasks(
+            "ReconfigureComputeResource_Task", n=2, fault="NoPermission"
+        )
+        vas = await create_all(world, names)
+        morefs: dict[str, set[str]] = {"cluster": set(), "cluster2": set()}
+        for va in vas:
+            where = {"zone-a": "cluster", "zone-b": "cluster2"}[placement_of(va)["failureDomain"]]
+            morefs[where].add(va["status"]["vm"]["moRef"])
+
+        async def failed() -> list[dict[str, Any]]:
+            return await world.events("SpreadRuleFailed")
+
+        warnings = await world.wait_for("a SpreadRuleFailed event", failed)
+        assert warnings[0]["type"] == "Warning"
+        assert warnings[0]["involvedObject"]["kind"] == "VsphereAgentPool"
+        message = warnings[0]["message"]
+        assert "cluster cluster" in message
+        assert "Modify cluster" in message
+        assert "retried with backoff" in message
+
+        async def rules_hold() -> bool:
+            for where, members in morefs.items():
+                mine = [
+                    m
+                    for n, m in (await anti_affinity_rules(world, where)).items()
+                    if n.startswith(marker)
+                ]
+                if mine != [members]:
+                    return False
+            return True
+
+        await world.wait_for("both rules to hold the pool's VMs after the retries", rules_hold)
+        assert (await world.vcsim.control.fault_rules())["rules"] == []  # both failures used
+        assert sorted(v.name for v in await world.vms()) == sorted(world.vm_name(n) for n in names)

@@ -16,7 +16,9 @@ rule is the pool's, not a VM's, so it is kept by a controller keyed by the pool:
 * **Retried on its own.** A failed start or task (cluster gone, privilege missing,
   credentials unavailable) is said in a Warning event on the pool (`SpreadRuleFailed`,
   naming the cluster, the error and the fix) and the pool is requeued with the
-  controller's backoff: the rule converges without further VM churn.
+  controller's backoff: the rule converges without further VM churn. A cluster that
+  is gone (a domain skipped as unusable) holding none of the pool's VMs needs no rule:
+  it is no failure, and does not hold a deleted pool.
 * **Removed with the pool.** A spread pool carries the finalizer
   `FINALIZER_SPREAD_RULES` (added by the first pass). Once the pool is being deleted,
   or stops spreading, every domain cluster's rule of the pool is removed and then the
@@ -166,6 +168,13 @@ class RuleSync:
                 )
             except vsphere.LoginPending:
                 raise
+            except vsphere.NotFound as exc:
+                if len(members) < 2:  # a cluster that is gone holds no rule: nothing to do
+                    self.confirmed[at] = members
+                    continue
+                self.confirmed.pop(at, None)
+                outcome.failed.append(f"cluster {cluster}: {exc}")
+                continue
             except vsphere.VsphereError as exc:
                 self.confirmed.pop(at, None)
                 outcome.failed.append(f"cluster {cluster}: {exc}")

@@ -229,3 +229,21 @@ async def test_settled_only_once_every_cluster_is_confirmed_and_no_task_runs() -
     assert not rules.settled("uid-1", {**want, "cluster-b": ("vm-3", "vm-4")})
     rules.forget("uid-1")
     assert not rules.settled("uid-1", want)
+
+
+async def test_a_cluster_that_is_gone_needs_no_rule_unless_vms_are_recorded_there() -> None:
+    vc, rules = Vcenter(), spread_rules.RuleSync()
+    vc.fail_start["cluster-b"] = "compute cluster cluster-b not found in datacenter dc1"
+
+    async def start(**kwargs: Any) -> tuple[str, str | None]:
+        if kwargs["cluster"] in vc.fail_start:
+            raise vsphere.NotFound(vc.fail_start[kwargs["cluster"]], subject="cluster-b")
+        return await Vcenter.start_anti_affinity(vc, **kwargs)
+
+    vc.start_anti_affinity = start  # type: ignore[method-assign]
+    empty = await sync(rules, vc, {"cluster-b": ()})
+    assert empty.in_sync  # a deleted pool is not held by it
+    held = await sync(rules, vc, {"cluster-b": ("vm-3", "vm-4")})
+    assert held.failed == [
+        "cluster cluster-b: compute cluster cluster-b not found in datacenter dc1"
+    ]
