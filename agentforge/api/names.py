@@ -53,6 +53,10 @@ FINALIZER_POOL: Final = f"{GROUP}/vsphere-agent-pool"
 FINALIZER_VSPHERE_AGENT: Final = f"{GROUP}/vsphere-agent"
 """Holds a VsphereAgent until its VM is deleted (or retained by policy)."""
 
+FINALIZER_SPREAD_RULES: Final = f"{GROUP}/spread-rules"
+"""Holds a spread pool until its DRS anti-affinity rules are removed from every
+domain cluster (the `spread-rules` controller)."""
+
 
 class CreatedFor(StrEnum):
     """Values of `LABEL_CREATED_FOR`."""

@@ -13,7 +13,7 @@ from agentforge.reconcilers.ejection import ejection
 from agentforge.reconcilers.infra import infra
 from agentforge.reconcilers.pool import pool
 from agentforge.reconcilers.scaleup import scaleup
-from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm import spread_rules, vm
 
 
 def controllers(deps: Deps) -> list[Controller]:
@@ -24,4 +24,5 @@ def controllers(deps: Deps) -> list[Controller]:
         pool.controller(deps),
         infra.controller(deps),
         vm.controller(deps, ejection=ejection.Ejection()),
+        spread_rules.controller(deps),
     ]

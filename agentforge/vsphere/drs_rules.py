@@ -1,12 +1,15 @@
-"""A spread pool's DRS VM-VM anti-affinity rule in one compute cluster, kept in sync.
+"""A spread pool's DRS VM-VM anti-affinity rule in one compute cluster, brought in line.
 
-`sync_anti_affinity` makes the pool's rule in a cluster hold exactly the given VMs:
+`start_anti_affinity` makes the pool's rule in a cluster hold exactly the given VMs:
 added when two or more of them are there, edited when the members changed, removed
 when fewer than two are left (vCenter refuses a rule of one). What to do is decided by
 the pure `model.spread.rule_change`; the rule is recognised by `model.spread.owned_rule`
 (the prefix and the pool's UID in its name), so a rule someone else made is never
 edited or removed. The change is one `ReconfigureComputeResource_Task` (modify=True:
-only the rule changes), short, and waited for; none is started when nothing changes.
+only the rule changes), started and followed, never waited for (docs/design/0005): the
+session's task waiter reports its end to the registry's task listeners, and the caller
+reads the outcome by the returned moref. None is started when nothing changes. The task
+takes no task slot (like adoption's marker stamp) but is counted in the cap while it runs.
 """
 
 from __future__ import annotations
@@ -14,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentforge.vsphere import props, tasks, vms
+from agentforge.vsphere import props, task_follow, vms
 from agentforge.vsphere.model import errors, spread
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.vmomi import vim
 
-__all__ = ["sync_anti_affinity"]
+__all__ = ["start_anti_affinity"]
 
 
-async def sync_anti_affinity(
+async def start_anti_affinity(
     session: Session,
     *,
     datacenter: str,
@@ -30,7 +33,8 @@ async def sync_anti_affinity(
     pool_uid: str,
     name: str,
     vm_moids: Sequence[str],
-) -> spread.RuleChange:
+) -> tuple[spread.RuleChange, str | None]:
+    """What the rule needs, and the moref of the started reconfigure (None: nothing)."""
     subject = f"compute cluster {cluster}"
     path = f"{datacenter}/host/{cluster.strip('/')}"
     index = session.content.searchIndex
@@ -59,7 +63,7 @@ async def sync_anti_affinity(
     existing = [v._moId for v in rule.vm or []] if rule is not None else None
     change = spread.rule_change(existing=existing, members=vm_moids)
     if change.action == "none":
-        return change
+        return change, None
     if change.action == "remove":
         spec = vim.cluster.RuleSpec(operation="remove", removeKey=rule.key)
     else:
@@ -73,10 +77,9 @@ async def sync_anti_affinity(
             info.key = rule.key
         spec = vim.cluster.RuleSpec(operation=change.action, info=info)
     config_spec = vim.cluster.ConfigSpecEx(rulesSpec=[spec])
-    await tasks.run_task(
-        session,
+    task = await session.call(
         lambda: ref.ReconfigureComputeResource_Task(spec=config_spec, modify=True),
         subject=subject,
         action=f"{change.action} the anti-affinity rule {owned or name} of",
     )
-    return change
+    return change, task_follow.follow(session, task)

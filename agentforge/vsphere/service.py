@@ -75,12 +75,13 @@ class VsphereService:
             await self.session(), datacenter=datacenter, cluster=cluster, host_group=host_group
         )
 
-    async def sync_anti_affinity(
+    async def start_anti_affinity(
         self, *, datacenter: str, cluster: str, pool_uid: str, name: str, vm_moids: list[str]
-    ) -> str:
-        """The pool's DRS anti-affinity rule in `cluster` holds exactly `vm_moids` (removed
-        with fewer than two); the action taken (`none`, `add`, `edit`, `remove`)."""
-        change = await drs_rules.sync_anti_affinity(
+    ) -> tuple[str, str | None]:
+        """Start bringing the pool's DRS anti-affinity rule in `cluster` to hold exactly
+        `vm_moids` (removed with fewer than two): the action (`none`, `add`, `edit`,
+        `remove`) and the moref of the followed reconfigure task (None: nothing to do)."""
+        change, task = await drs_rules.start_anti_affinity(
             await self.session(),
             datacenter=datacenter,
             cluster=cluster,
@@ -88,7 +89,7 @@ class VsphereService:
             name=name,
             vm_moids=vm_moids,
         )
-        return change.action
+        return change.action, task
 
     # --- VMs ----------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from agentforge.reconcilers.infra import infra
 from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.reconcilers.pool import pool
 from agentforge.reconcilers.scaleup import scaleup
-from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm import spread_rules, vm
 from agentforge.wiring import CACHED_KINDS
 from sim.controlplane.controlplane import ControlPlane
 
@@ -121,6 +121,7 @@ async def running_operator(
             controllers += [
                 infra.controller(deps, retry_base=0.05),
                 vm.controller(deps, ejection=ejection.Ejection(), retry_base=0.05),
+                spread_rules.controller(deps, retry_base=0.05),
             ]
         async with contextlib.AsyncExitStack() as stack:
             for informer in informers.values():

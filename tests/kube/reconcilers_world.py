@@ -42,7 +42,7 @@ from agentforge.reconcilers.ejection import ejection as eject
 from agentforge.reconcilers.infra import infra
 from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.reconcilers.planning import naming
-from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm import spread_rules, vm
 from sim.actors.isoserver import discovery_iso
 from sim.vcsim.launcher import Vcsim
 
@@ -462,13 +462,16 @@ class World:
     async def run(
         self, *, vm_controller: bool = True, infra_controller: bool = True, ejection: bool = False
     ) -> AsyncIterator[list[Controller]]:
-        """`ejection`: the vm controller runs the ISO ejection step, as the app wires it."""
+        """`ejection`: the vm controller runs the ISO ejection step, as the app wires it.
+        With the vm controller runs the `spread-rules` controller (a spread pool's DRS
+        rules), as the app does."""
         built: list[Controller] = []
         if infra_controller:
             built.append(infra.controller(self.deps, retry_base=0.05))
         if vm_controller:
             step = eject.Ejection() if ejection else None
             built.append(vm.controller(self.deps, ejection=step, retry_base=0.05))
+            built.append(spread_rules.controller(self.deps, retry_base=0.05))
         self._running = [(c, asyncio.create_task(c.run(), name=f"it-{c.name}")) for c in built]
         try:
             yield built

@@ -1,10 +1,13 @@
-"""Spreading over failure domains, end to end: the vm and infra controllers on the real
-control plane and a simulator of its own with two clusters of two hosts each.
+"""Spreading over failure domains, end to end: the vm, spread-rules and infra controllers
+(and for the pool's deletion the whole operator) on the real control plane and a
+simulator of its own with two clusters of two hosts each.
 
 What it shows (issue 15): after creating N VMs over H hosts no host holds more than
 ceil(N/H) of the pool's VMs; a disconnected host held at most that many and receives no
 new VM; a domain that cannot take VMs is skipped with a condition, never silently; each
-VM's domain and host are recorded before it is created, and kept.
+VM's domain and host are recorded before it is created, and kept; the pool's DRS rule
+per cluster follows its VMs, and deleting the pool removes it from every cluster and
+leaves everyone else's rules alone.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import client
 from agentforge.vsphere import props
 from agentforge.vsphere.vmomi import vim
+from sim.controlplane.controlplane import ControlPlane
 from sim.vcsim.launcher import Vcsim
-from tests.kube.reconcilers_world import World, world_for
+from tests.kube.reconcilers_support import Operator, running_operator
+from tests.kube.reconcilers_world import SECRET, World, world_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
 
@@ -272,3 +277,134 @@ async def test_the_pools_anti_affinity_rule_follows_its_vms_and_goes_with_them(
                 await world.kube.delete(VA, namespace=world.namespace, name=name)
         empty: dict[str, set[str]] = {"cluster": set(), "cluster2": set()}
         await world.wait_for("no rule of the pool left", lambda: rules_hold(empty))
+
+
+@pytest.fixture
+async def spread_operator(
+    spread_world: World, controlplane: ControlPlane
+) -> AsyncIterator[tuple[World, Operator]]:
+    """The whole operator in-process (scaleup, pool, infra, vm, spread-rules), as the app
+    runs it, over the spread world's namespace and simulator."""
+    world = spread_world
+    await world.create_secret()
+    async with running_operator(
+        controlplane,
+        namespaces=[world.namespace],
+        vsphere_controllers=True,
+        registry=world.registry,  # its session is up before the test body
+    ) as op:
+        await op.deps.credentials.get(
+            namespace=world.namespace, name=SECRET, for_namespace=world.namespace
+        )
+        yield world, op
+
+
+async def test_deleting_the_pool_removes_its_rules_from_every_cluster_and_no_other(
+    spread_operator: tuple[World, Operator],
+) -> None:
+    """The pool controller's deletion path (cleanupPolicy Delete): its VsphereAgents and
+    VMs go, the `spread-rules` finalizer holds the pool until the rule named with its UID
+    is gone from every domain cluster; a rule of someone else (another name, or the
+    prefix with another pool's UID) is untouched."""
+    world, _ = spread_operator
+    names = [f"va{i}" for i in range(4)]
+    await world.create_infra_env()
+    await world.create_pool(vsphere={"spreadPolicy": "Spread", "failureDomains": DOMAINS})
+    await world.condition(POOL, "pool", "ISOReady", status="True")
+    pool = await world.get(POOL, "pool")
+    assert pool is not None
+    marker = f"agent-forge-spread-{pool['metadata']['uid']}-"
+    theirs = "agent-forge-spread-00000000-0000-0000-0000-000000000000-other-pool"
+    for i in (1, 2):
+        await world.unmarked_vm(f"other{i}", folder="other-team")
+    for rule in ("someone-elses-rule", theirs):
+        await world.govc(
+            "cluster.rule.create",
+            "-cluster",
+            "/dc1/host/cluster",
+            "-name",
+            rule,
+            "-enable",
+            "-anti-affinity",
+            "other1",
+            "other2",
+        )
+    before = await anti_affinity_rules(world, "cluster")
+    foreign = {n: m for n, m in before.items() if not n.startswith(marker)}
+    assert set(foreign) == {"someone-elses-rule", theirs}
+    await create_all(world, names)
+
+    async def mine_in_both() -> bool:
+        for where in ("cluster", "cluster2"):
+            rules = await anti_affinity_rules(world, where)
+            if not any(n.startswith(marker) for n in rules):
+                return False
+        return True
+
+    await world.wait_for("the pool's rule in both clusters", mine_in_both)
+    held = await world.get(POOL, "pool")
+    assert held is not None
+    assert "agent-forge.containeroo.ch/spread-rules" in held["metadata"]["finalizers"]
+
+    await world.kube.delete(POOL, namespace=world.namespace, name="pool")
+
+    async def pool_gone() -> bool:
+        return await world.get(POOL, "pool") is None
+
+    await world.wait_for("the pool to be gone (its finalizers released)", pool_gone)
+    for where in ("cluster", "cluster2"):
+        left = await anti_affinity_rules(world, where)
+        assert not [n for n in left if n.startswith(marker)], (where, left)
+    after = await anti_affinity_rules(world, "cluster")
+    assert {n: after.get(n) for n in foreign} == foreign  # untouched, members too
+    assert await world.events("SpreadRuleUpdated")
+    assert not await world.events("SpreadRuleFailed")
+
+
+async def test_a_failed_rule_change_is_said_on_the_pool_and_retried_until_the_rule_holds(
+    spread_world: World,
+) -> None:
+    """vCenter refuses the first two rule changes (NoPermission): a Warning on the pool
+    names the cluster and the fix, and the rule converges by the controller's own retry,
+    with no VM created or deleted after the failure."""
+    world = spread_world
+    names = [f"va{i}" for i in range(4)]
+    async with world.run():
+        await spread_pool(world, DOMAINS)
+        pool = await world.get(POOL, "pool")
+        assert pool is not None
+        marker = f"agent-forge-spread-{pool['metadata']['uid']}-"
+        await world.vcsim.control.fail_next_tasks(
+            "ReconfigureComputeResource_Task", n=2, fault="NoPermission"
+        )
+        vas = await create_all(world, names)
+        morefs: dict[str, set[str]] = {"cluster": set(), "cluster2": set()}
+        for va in vas:
+            where = {"zone-a": "cluster", "zone-b": "cluster2"}[placement_of(va)["failureDomain"]]
+            morefs[where].add(va["status"]["vm"]["moRef"])
+
+        async def failed() -> list[dict[str, Any]]:
+            return await world.events("SpreadRuleFailed")
+
+        warnings = await world.wait_for("a SpreadRuleFailed event", failed)
+        assert warnings[0]["type"] == "Warning"
+        assert warnings[0]["involvedObject"]["kind"] == "VsphereAgentPool"
+        message = warnings[0]["message"]
+        assert "cluster cluster" in message
+        assert "Modify cluster" in message
+        assert "retried with backoff" in message
+
+        async def rules_hold() -> bool:
+            for where, members in morefs.items():
+                mine = [
+                    m
+                    for n, m in (await anti_affinity_rules(world, where)).items()
+                    if n.startswith(marker)
+                ]
+                if mine != [members]:
+                    return False
+            return True
+
+        await world.wait_for("both rules to hold the pool's VMs after the retries", rules_hold)
+        assert (await world.vcsim.control.fault_rules())["rules"] == []  # both failures used
+        assert sorted(v.name for v in await world.vms()) == sorted(world.vm_name(n) for n in names)

@@ -1,4 +1,4 @@
-"""The reasons of the Events the `vm` and `infra` controllers record.
+"""The reasons of the Events the `vm`, `spread-rules` and `infra` controllers record.
 
 Users and alerts filter events by reason (`kubectl get events --field-selector
 reason=VMNameConflict`), so the strings are enums, spelled once. Where an event
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["InfraEvent", "VmEvent"]
+__all__ = ["InfraEvent", "RuleEvent", "VmEvent"]
 
 
 class VmEvent(StrEnum):
@@ -28,6 +28,11 @@ class VmEvent(StrEnum):
     VM_RETAINED = "VMRetained"
     POOL_NOT_FOUND = "PoolNotFound"
     AGENT_DELETED = "AgentDeleted"
+
+
+class RuleEvent(StrEnum):
+    """Events about a spread pool's DRS anti-affinity rules (on the pool)."""
+
     SPREAD_RULE_UPDATED = "SpreadRuleUpdated"
     SPREAD_RULE_FAILED = "SpreadRuleFailed"
 

@@ -272,9 +272,6 @@ async def _done(
         VmEvent.VM_CREATED,
         f"VM {name} is running (BIOS UUID {bios_uuid}, MAC {mac})",
     )
-    moref = vm.moid if vm else (recorded.mo_ref if recorded else None)
-    if record.failure_domain and moref:
-        await vm_spread.sync_after(inputs, writer, created=(inputs.agent.metadata.name, moref))
     return None
 
 

@@ -62,7 +62,6 @@ from agentforge.reconcilers.vm import (
     vm_decide,
     vm_delete_tasks,
     vm_lookup,
-    vm_spread,
     vm_stamp,
 )
 from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
@@ -157,8 +156,6 @@ async def finalize(
             return await _held(inputs, writer, outcome, vm=name or bios_uuid or "")
         for unbound in outcome:
             await _delete_agent(inputs, writer, unbound)
-        if agent.status.placement is not None:  # a spread pool's rules lose the VM
-            await vm_spread.sync_after(inputs, writer)
     except (vsphere.VsphereError, CredentialsError) as exc:
         message = f"deleting VM {name or bios_uuid} failed: {exc}; retried with backoff"
         await writer.ready(ok=False, reason=R.VM_DELETE_FAILED, message=message)

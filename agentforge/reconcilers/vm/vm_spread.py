@@ -21,10 +21,9 @@ never both take the least loaded host from the same counts. The chosen domain an
 host go into the creation record before `CreateVM_Task`; a resumed creation uses the
 record and never chooses again.
 
-`sync_after` keeps the pool's DRS anti-affinity rule per domain cluster holding the
-pool's VMs recorded there (`vsphere.drs_rules`), after each VM is created or deleted;
-a member this process just recorded counts before the cache shows it. A failure is
-said in an event and never touches the VM. With `spreadPolicy` None nothing here runs.
+The pool's DRS anti-affinity rules follow the VMs recorded here: they are the pool's,
+kept by the `spread-rules` controller (`spread_rules`). With `spreadPolicy` None
+nothing here runs.
 """
 
 from __future__ import annotations
@@ -34,19 +33,13 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentforge import vsphere
-from agentforge.api import kinds
 from agentforge.api.pool import FailureDomain, VsphereAgentPool
-from agentforge.kube.events import EventType
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers.common import domains, indexes
-from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.vsphere.model import spread
-
-if TYPE_CHECKING:
-    from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
 
 __all__ = [
     "NoUsableDomain",
@@ -58,8 +51,6 @@ __all__ = [
     "pool_agents",
     "pool_key",
     "recorded_spot",
-    "sync_after",
-    "sync_rules",
 ]
 
 JsonObj = dict[str, Any]
@@ -96,9 +87,6 @@ class SpreadLedger:
 
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _pending: dict[str, dict[str, Key]] = field(default_factory=dict)
-    members: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Per pool: VsphereAgent -> VM moref of VMs put into the rule before the cache
-    showed their identity (`sync_rules`)."""
 
     @contextlib.asynccontextmanager
     async def choosing(self, pool_key: str) -> AsyncIterator[None]:
@@ -225,85 +213,6 @@ async def _host(
         down = "; ".join(str(b.unusable) for b in choice.skipped) or "it has no hosts"
         return None, f"no host of compute cluster {domain.compute_cluster} can take a VM ({down})"
     return choice.chosen.name, None
-
-
-async def sync_rules(
-    service: vsphere.VsphereService,
-    pool: VsphereAgentPool,
-    *,
-    informer: Informer,
-    ledger: SpreadLedger,
-    created: tuple[str, str] | None = None,
-) -> list[str]:
-    """Each domain cluster's anti-affinity rule holds the pool's VMs recorded there (not
-    those being deleted); what changed, per cluster. `created`: (VsphereAgent, VM moref)
-    of a VM whose identity this pass records (the cache does not show it yet); such
-    members are remembered until the cache shows them. Nothing without spreading."""
-    by_domain = {d.name: d.compute_cluster.strip("/") for d in pool.spread_domains()}
-    clusters: dict[str, list[str]] = {c: [] for c in by_domain.values()}
-    key = pool_key(pool)
-    async with ledger.choosing(key):  # one rule update of a pool at a time
-        if created is not None:
-            ledger.members.setdefault(key, {})[created[0]] = created[1]
-        remembered = ledger.members.get(key, {})
-        live: set[str] = set()
-        for raw in pool_agents(informer, pool):
-            meta, status = raw.get("metadata") or {}, raw.get("status") or {}
-            agent = str(meta.get("name"))
-            spot = recorded_spot(raw)
-            moref = (status.get("vm") or {}).get("moRef") or remembered.get(agent)
-            if meta.get("deletionTimestamp") or spot is None or not moref:
-                continue
-            live.add(agent)
-            if (status.get("vm") or {}).get("moRef"):
-                remembered.pop(agent, None)  # the cache shows it now
-            home = by_domain.get(str(spot[0]))
-            if home is not None:
-                clusters[home].append(str(moref))
-        for agent in [a for a in remembered if a not in live]:
-            del remembered[agent]  # gone or being deleted
-        changed = []
-        for cluster, members in sorted(clusters.items()):
-            action = await service.sync_anti_affinity(
-                datacenter=pool.spec.vsphere.datacenter,
-                cluster=cluster,
-                pool_uid=pool.metadata.uid,
-                name=spread.rule_name(
-                    pool_uid=pool.metadata.uid,
-                    namespace=pool.metadata.namespace,
-                    pool=pool.metadata.name,
-                ),
-                vm_moids=sorted(members),
-            )
-            if action != "none":
-                changed.append(f"{action} in {cluster}")
-        return changed
-
-
-async def sync_after(
-    inputs: VmInputs, writer: StatusWriter, *, created: tuple[str, str] | None = None
-) -> None:
-    """After one of a spread pool's VMs was created (`created`: its VsphereAgent and VM
-    moref) or deleted, its anti-affinity rules follow (`sync_rules`), said in an event.
-    A failure is said, and leaves the VM alone: the next creation or deletion syncs."""
-    pool = inputs.pool
-    if pool is None or not pool.spread_domains():
-        return
-    try:
-        changed = await sync_rules(
-            await inputs.vcenter.service(),
-            pool,
-            informer=inputs.deps.informer(kinds.VSPHERE_AGENT),
-            ledger=inputs.spread or SpreadLedger(),
-            created=created,
-        )
-    except vsphere.VsphereError as exc:
-        message = f"updating the anti-affinity rule of pool {pool.metadata.name} failed: {exc}"
-        await writer.event(EventType.WARNING, VmEvent.SPREAD_RULE_FAILED, message)
-        return
-    if changed:
-        message = f"anti-affinity rule of pool {pool.metadata.name}: {', '.join(changed)}"
-        await writer.event(EventType.NORMAL, VmEvent.SPREAD_RULE_UPDATED, message)
 
 
 def pool_key(pool: VsphereAgentPool) -> str:
