@@ -18,11 +18,14 @@ Promises:
   as one merge patch (`count`, `lastTimestamp`, the latest message) when that
   interval has passed; an isolated repeat is written at once. So a hot loop or a
   burst of similar events costs one write per Event per 30 s, not one per
-  occurrence. The writes are made by one flusher task: for the recorder's life
-  after `start()` (the app's), else only while something is pending. `flush()`
-  writes everything pending now (a clean shutdown does), `close()` drops it (a
-  lost Lease must not write). A patch that finds the Event gone (the apiserver's
-  TTL) creates a new one with the count.
+  occurrence. A combined event (above) is itself a repeat of the events that
+  stayed on their objects (created at once): it is created with the count it has
+  reached `flush_interval` after its first occurrence, one create instead of a
+  create and a patch soon after. The writes are made by one flusher task: for the
+  recorder's life after `start()` (the app's), else only while something is
+  pending. `flush()` writes everything pending now (a clean shutdown does),
+  `close()` drops it (a lost Lease must not write). A patch that finds the Event
+  gone (the apiserver's TTL) creates a new one with the count.
 * **Never raises** into the caller: recording is best effort; failures are logged.
   (`asyncio.CancelledError` still propagates: cancellation is not a failure.)
 * **Plain text**: messages are cut to 1 KiB and pass the same redaction as log lines
@@ -123,6 +126,9 @@ class _Logged:
     written_message: str
     last_timestamp: str
     written_at: float
+    first_timestamp: str = ""
+    """Set while the Event is not created yet (a combined event waits for its first
+    flush); `name` is empty until then."""
 
 
 class EventRecorder:
@@ -255,7 +261,10 @@ class EventRecorder:
                         correlated.involved.name,
                     )
                     return
-                name = await self._create(correlated, type=type, reason=reason, count=1, at=stamp)
+                later = correlated.combined  # a repeat of its burst: created with its count
+                name = "" if later else await self._create(
+                    correlated, type=type, reason=reason, count=1, at=stamp
+                )  # fmt: skip
                 self._logged.put(
                     key,
                     _Logged(
@@ -264,12 +273,15 @@ class EventRecorder:
                         reason=reason,
                         name=name,
                         count=1,
-                        written=1,
-                        written_message=correlated.message,
+                        written=0 if later else 1,
+                        written_message="" if later else correlated.message,
                         last_timestamp=stamp,
                         written_at=self._clock(),
+                        first_timestamp=stamp if later else "",
                     ),
                 )
+                if later:
+                    self._schedule(key, self._clock() + self._flush_interval)
                 return
             logged.count += 1
             logged.correlated = correlated
@@ -281,7 +293,14 @@ class EventRecorder:
                 self._schedule(key, due)
 
     async def _create(
-        self, correlated: Correlated, *, type: str, reason: str, count: int, at: str
+        self,
+        correlated: Correlated,
+        *,
+        type: str,
+        reason: str,
+        count: int,
+        at: str,
+        first: str = "",
     ) -> str:
         involved = correlated.involved
         namespace = involved.namespace or "default"
@@ -295,7 +314,7 @@ class EventRecorder:
             "reason": reason,
             "message": correlated.message,
             "count": count,
-            "firstTimestamp": at,
+            "firstTimestamp": first or at,
             "lastTimestamp": at,
             "source": {
                 "component": self._component,
@@ -308,12 +327,24 @@ class EventRecorder:
         return name
 
     async def _write(self, key: tuple[Hashable, ...], logged: _Logged) -> None:
-        """The counted occurrences as one patch (a create when the Event is gone)."""
+        """The counted occurrences as one patch (a create when the Event is gone, or when
+        it is a combined event not created yet)."""
         patch: JsonObj = {"count": logged.count, "lastTimestamp": logged.last_timestamp}
         message = logged.correlated.message
         if message != logged.written_message:
             patch["message"] = message
         namespace = logged.correlated.involved.namespace or "default"
+        if not logged.name:  # a combined event's first write: created with its count
+            logged.name = await self._create(
+                logged.correlated,
+                type=logged.type,
+                reason=logged.reason,
+                count=logged.count,
+                at=logged.last_timestamp,
+                first=logged.first_timestamp,
+            )
+            self._wrote(key, logged, message)
+            return
         try:
             await self._client.patch_merge(
                 EVENT, namespace=namespace, name=logged.name, patch=patch
@@ -326,9 +357,13 @@ class EventRecorder:
                 count=logged.count,
                 at=logged.last_timestamp,
             )
+        self._wrote(key, logged, message)
+
+    def _wrote(self, key: tuple[Hashable, ...], logged: _Logged, message: str) -> None:
         logged.written = logged.count
         logged.written_message = message
         logged.written_at = self._clock()
+        logged.first_timestamp = ""
         self._due.pop(key, None)
 
     async def _write_pending(self, key: tuple[Hashable, ...]) -> None:

@@ -276,14 +276,18 @@ class Change(StrEnum):
     NONE = "none"
     ROUTINE = "routine"
     """Only what moves with every VM: counts, `ownedVMs`, `plannedActions`,
-    `isoEjections`, condition messages (the CapacitySatisfied one quotes counts)."""
+    `isoEjections`, condition messages (the CapacitySatisfied one quotes counts), and a
+    condition's reason while its status stays (CapacitySatisfied False goes from
+    DemandDeficit to Provisioning and back with every AgentMachine of a burst that
+    CAPI has not marked waiting yet)."""
     TRANSITION = "transition"
-    """A condition's status or reason, or `observedGeneration` (a spec change seen)."""
+    """A condition's status (or a condition appearing or going), or
+    `observedGeneration` (a spec change seen): what `lastTransitionTime` marks."""
 
 
-def _states(status: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+def _states(status: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        str(c.get("type")): (c.get("status"), c.get("reason"))
+        str(c.get("type")): c.get("status")
         for c in status.get("conditions") or ()
         if isinstance(c, Mapping)
     }

@@ -7,10 +7,13 @@ the work queue, would still write the pool's status about 2.5 times per VM. The
 pacer keeps that to one write per object per `interval` while routine fields
 change, without holding back what users and alerts watch:
 
-* a **transition** (a condition's status or reason, `observedGeneration`) is
-  written in the reconcile that sees it, as before;
+* a **transition** (a condition's status, `observedGeneration`) is written in the
+  reconcile that sees it, as before;
 * a **routine** change (counts, `ownedVMs`, `plannedActions`, `isoEjections`, a
-  condition's message) is written at once when the object's last write is at least
+  condition's message, or its reason while its status stays: a burst flips
+  CapacitySatisfied=False between DemandDeficit and Provisioning with every
+  AgentMachine, about one write per VM when each flip was written at once) is
+  written at once when the object's last write is at least
   `interval` old; otherwise the reconcile asks to be run again when it is, and that
   reconcile writes the then current state (the trailing edge: the last state of a
   burst is always written, at most `interval` late).

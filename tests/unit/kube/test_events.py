@@ -210,20 +210,40 @@ async def test_in_a_burst_the_first_object_keeps_its_event_the_rest_are_combined
     rec = recorder(writer)
     for i in range(1, 8):
         await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
-        await asyncio.sleep(4)  # 28 s in all: the combined event's count is still held
-    own, combined = writer.by_reason("VMCreated")
+        await asyncio.sleep(4)  # 28 s in all: the combined event is still held
+    (own,) = writer.by_reason("VMCreated")  # created at once
     assert own["involvedObject"]["name"] == "va1"
+    await asyncio.sleep(FLUSH - 28 + 4 + 1)  # a flush interval after va2's: created
+    own, combined = writer.by_reason("VMCreated")
     assert combined["involvedObject"]["kind"] == "VsphereAgentPool"
     assert combined["involvedObject"]["name"] == "pool"
-    assert combined["message"] == (
-        "(combined from similar events): VsphereAgent ns/va2: VM vm2 is running"
-    )
-    await rec.flush()
     assert combined["count"] == 6
     assert combined["message"] == (
         "(combined from similar events): VsphereAgent ns/va7: VM vm7 is running"
     )
-    assert writer.writes() == 3  # va1's own + the combined one created + one patch
+    assert writer.writes() == 2  # va1's own + the combined one, created with its count
+
+    await normal(rec, obj("va8"), "VMCreated", "VM vm8 is running", group=POOL)
+    await rec.flush()  # a later member of the burst: counted onto the combined event
+    assert combined["count"] == 7
+    assert writer.writes() == 3
+
+
+async def test_a_combined_event_not_created_yet_is_created_by_flush_and_dropped_by_close() -> None:
+    writer = FakeWriter()
+    rec = recorder(writer)
+    for i in range(1, 4):
+        await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va1"]
+    await rec.flush()  # a clean shutdown writes it
+    _, combined = writer.by_reason("VMCreated")
+    assert combined["count"] == 2
+    assert combined["firstTimestamp"] <= combined["lastTimestamp"]
+
+    for i in range(4, 6):
+        await normal(rec, obj(f"va{i}"), "VMCreating", f"creating vm{i}", group=POOL)
+    await rec.close()  # a lost Lease writes nothing more
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreating")] == ["va4"]
 
 
 async def test_vms_made_a_minute_apart_keep_their_own_events() -> None:
@@ -262,8 +282,9 @@ async def test_a_group_policy_names_the_group_when_the_caller_does_not() -> None
     for i in range(1, 6):
         await normal(rec, obj(f"va{i}"), "VMCreated", "up")
         await rec.record(obj(f"va{i}"), type=EventType.WARNING, reason="Slow", message="slow")
-    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va1", "pool"]
     assert len(writer.by_reason("Slow")) == 5
+    await rec.flush()
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va1", "pool"]
     await rec.close()
 
 

@@ -202,6 +202,10 @@ def test_pool_change_tells_transitions_from_routine_changes() -> None:
     assert pool_status.pool_change(status, more, now=NOW) is pool_status.Change.ROUTINE
     flipped = desired(ConditionStatus.FALSE, "DemandDeficit", "agentMachines=2", 2)
     assert pool_status.pool_change(status, flipped, now=NOW) is pool_status.Change.TRANSITION
+    pool_status.apply_pool(status, flipped, now=NOW)
+    # the reason alone, the status staying False: routine (paced), as in a burst
+    provisioning = desired(ConditionStatus.FALSE, "Provisioning", "agentMachines=3", 3)
+    assert pool_status.pool_change(status, provisioning, now=NOW) is pool_status.Change.ROUTINE
     newer = dataclasses.replace(base, generation=3)
     assert pool_status.pool_change(status, newer, now=NOW) is pool_status.Change.TRANSITION
 
