@@ -14,8 +14,7 @@ Assisted Installer's frequent Agent condition updates, and the pool's own status
 writes, do not replan a pool of thousands of VMs. Another pool reads a VsphereAgent
 only as a claim (`planning.snapshot.claim_of`: its VM identity, its Agent, its pool),
 so the steps of a VM's task chain (conditions, creation checkpoint, finalizer) wake
-its own pool alone, not every pool sharing the InfraEnv: in a burst over pools that
-share InfraEnvs that was most of the pool controller's work.
+its own pool alone, not every pool sharing the InfraEnv.
 """
 
 from __future__ import annotations
