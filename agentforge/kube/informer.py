@@ -163,6 +163,15 @@ class Informer:
     def list(self, *, namespace: str | None = None) -> builtins.list[JsonObj]:
         return self.store.list(namespace=namespace)
 
+    def keys(self, *, namespace: str | None = None) -> builtins.list[ObjectKey]:
+        return self.store.keys(namespace=namespace)
+
+    @property
+    def revision(self) -> int:
+        """Changes whenever the cache does (`Store.revision`); records are replaced
+        in the same step, so what a reader derived from them is current until then."""
+        return self.store.revision
+
     @property
     def parses(self) -> bool:
         """Whether this informer keeps a parsed record per cached object."""
@@ -178,6 +187,10 @@ class Informer:
 
     def by_index(self, name: str, value: str) -> builtins.list[JsonObj]:
         return self.store.by_index(name, value)
+
+    def keys_by_index(self, name: str, value: str) -> builtins.list[ObjectKey]:
+        """The keys `by_index` would return the objects of, in the same order."""
+        return builtins.list(self.store.index_keys(name, value))
 
     # --- events -----------------------------------------------------------------------
 

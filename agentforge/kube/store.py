@@ -9,6 +9,8 @@ store lives on one event loop and is only written by its informer):
   `by_index(name, value)` answers from a map kept up to date on every write, so a
   reconciler's "all Agents of this InfraEnv" is a dict lookup, not a scan.
   The `namespace` index always exists.
+* `revision` changes on every write, so a reader may keep what it derived from the
+  cache until the cache changes (e.g. the pool snapshot's claims).
 * Callers get the cached dict itself (no copy, to keep memory and CPU flat): treat
   it as read-only, copy before mutating.
 """
@@ -64,7 +66,13 @@ class Store:
         # indexes file 10,000 Agents under 10,000 values, and a set costs 216 bytes.
         self._indices: dict[str, dict[str, ObjectKey | set[ObjectKey]]] = {}
         self._filed: dict[str, dict[ObjectKey, str | tuple[str, ...]]] = {}
+        self._revision = 0
         self.add_index(NAMESPACE_INDEX, _namespace_of)
+
+    @property
+    def revision(self) -> int:
+        """A counter that changes whenever an object is stored or removed."""
+        return self._revision
 
     # --- indexes ---------------------------------------------------------------------
 
@@ -123,6 +131,7 @@ class Store:
     def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Store `obj` under its key; return the object it replaced, if any."""
         key = object_key(obj)
+        self._revision += 1
         old = self._items.get(key)
         if old is not None:
             self._unfile_all(key)
@@ -134,6 +143,7 @@ class Store:
     def pop(self, key: ObjectKey) -> dict[str, Any] | None:
         old = self._items.pop(key, None)
         if old is not None:
+            self._revision += 1
             self._unfile_all(key)
         return old
 

@@ -83,6 +83,7 @@ class PoolReconciler:
         self._pacer = status_pacing.StatusPacer()
         self._planned = plan_reports.PlannedReports()
         self._prepared = plan_reports.PreparedReports()
+        self._parsed: dict[ObjectKey, tuple[str, VsphereAgentPool]] = {}
 
     # --- the reconcile ---------------------------------------------------------------
 
@@ -94,9 +95,10 @@ class PoolReconciler:
             self._pacer.forget(key)
             self._planned.forget(key)
             self._prepared.forget(key)
+            self._parsed.pop(key, None)
             return None
         try:
-            pool = VsphereAgentPool.model_validate(obj)
+            pool = self._parse(key, obj)
         except ValidationError as exc:
             await self._deps.events.record(
                 obj,
@@ -168,6 +170,19 @@ class PoolReconciler:
         if plan.wake_at is not None:
             afters.append((plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
         return Result(requeue_after=min(afters)) if afters else None
+
+    def _parse(self, key: ObjectKey, obj: JsonObj) -> VsphereAgentPool:
+        """The pool's model, parsed once per resourceVersion: a burst replans a pool
+        many times between two of its writes, and validating the whole object (its
+        `status.ownedVMs` grows with the pool) was a seventh of each reconcile. Readers
+        never change the model, so one parse serves every reconcile of that version."""
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        cached = self._parsed.get(key)
+        if cached is not None and version and cached[0] == version:
+            return cached[1]
+        pool = VsphereAgentPool.model_validate(obj)
+        self._parsed[key] = (version, pool)
+        return pool
 
     def _cached_owned(self, pool_obj: JsonObj) -> list[JsonObj]:
         return list((pool_obj.get("status") or {}).get("ownedVMs") or [])

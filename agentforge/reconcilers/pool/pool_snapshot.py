@@ -6,24 +6,31 @@ other pools' VsphereAgents in the namespace (their claims), the InfraEnv, and ot
 live pools serving the same nodePool. Objects become planner facts once per version,
 at cache time (the informers' records, `reconcilers/common/records.py`), so a
 reconcile of a pool of thousands of VMs parses nothing.
+
+Other pools' claims need every VsphereAgent of the namespace: they are derived once
+per version of the VsphereAgent cache (`Informer.revision`) and kept until it
+changes, so the pools a burst replans one after another share one pass over the
+namespace, and a pool replanned before any VsphereAgent changed reuses its claims.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube.informer import Informer
-from agentforge.kube.store import key_for, object_key
+from agentforge.kube.store import ObjectKey, key_for
 from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.planning import planner
 from agentforge.reconcilers.planning.snapshot import (
     AgentFacts,
     AgentMachineFacts,
+    Claim,
     Claims,
     InfraEnvFacts,
     MachineFacts,
@@ -33,6 +40,16 @@ from agentforge.reconcilers.planning.snapshot import (
 )
 
 R = TypeVar("R")
+
+
+@dataclass(slots=True)
+class _NamespaceClaims:
+    """Every VsphereAgent record of a namespace with its claim, at one cache revision;
+    and the `Claims` built from them per pool (name, UID)."""
+
+    revision: int
+    held: list[tuple[VsphereAgentFacts, Claim | None]]
+    per_pool: dict[tuple[str, str], Claims] = field(default_factory=dict)
 
 
 class SnapshotSource:
@@ -45,6 +62,7 @@ class SnapshotSource:
         self._agents = deps.informer(kinds.AGENT)
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._infra_envs = deps.informer(kinds.INFRA_ENV)
+        self._claims: dict[str, _NamespaceClaims] = {}
 
     def vm_status(self, *, namespace: str, name: str) -> Mapping[str, Any]:
         """The cached `status.vm` of a VsphereAgent (empty when unknown)."""
@@ -75,15 +93,6 @@ class SnapshotSource:
         )
         infra_env_name = pool.spec.infra_env_ref.name
         uid = pool.metadata.uid
-        claims = []
-        for facts in _records(
-            self._vsphere_agents, self._vsphere_agents.list(namespace=namespace), VsphereAgentFacts
-        ):
-            if facts.pool == name and not _left_by_namesake(facts, uid):
-                continue
-            claim = claim_of(facts)
-            if claim is not None:
-                claims.append(claim)
         infra_env_key = key_for(namespace=namespace, name=infra_env_name)
         infra_env = records.record(self._infra_envs, infra_env_key, InfraEnvFacts)
         cached_infra_env = self._infra_envs.get_by_key(infra_env_key)
@@ -99,7 +108,7 @@ class SnapshotSource:
         ]
         own = _records(
             self._vsphere_agents,
-            self._vsphere_agents.by_index(
+            self._vsphere_agents.keys_by_index(
                 indexes.VSPHERE_AGENTS_BY_POOL, indexes.namespaced_key(namespace, name)
             ),
             VsphereAgentFacts,
@@ -108,34 +117,58 @@ class SnapshotSource:
             pool=pool,
             agent_machines=_records(
                 self._agent_machines,
-                self._agent_machines.by_index(indexes.BY_NODE_POOL, node_pool),
+                self._agent_machines.keys_by_index(indexes.BY_NODE_POOL, node_pool),
                 AgentMachineFacts,
             ),
             machines=_records(
                 self._machines,
-                self._machines.by_index(indexes.BY_NODE_POOL, node_pool),
+                self._machines.keys_by_index(indexes.BY_NODE_POOL, node_pool),
                 MachineFacts,
             ),
             agents=_records(
                 self._agents,
-                self._agents.by_index(
+                self._agents.keys_by_index(
                     indexes.AGENTS_BY_INFRA_ENV, indexes.namespaced_key(namespace, infra_env_name)
                 ),
                 AgentFacts,
             ),
             vsphere_agents=[f for f in own if not _left_by_namesake(f, uid)],
             now=now,
-            claims=Claims.of(claims),
+            claims=self._claims_on(namespace=namespace, name=name, uid=uid),
             infra_env=infra_env,
             competing_pools=sorted(competing),
         )
 
+    def _claims_on(self, *, namespace: str, name: str, uid: str) -> Claims:
+        """Other pools' claims as this pool sees them: every VsphereAgent of the
+        namespace but its own (a namesake pool's leftovers count as another pool's)."""
+        revision = self._vsphere_agents.revision
+        cached = self._claims.get(namespace)
+        if cached is None or cached.revision != revision:
+            held = [
+                (facts, claim_of(facts))
+                for facts in _records(
+                    self._vsphere_agents,
+                    self._vsphere_agents.keys(namespace=namespace),
+                    VsphereAgentFacts,
+                )
+            ]
+            cached = self._claims[namespace] = _NamespaceClaims(revision=revision, held=held)
+        found = cached.per_pool.get((name, uid))
+        if found is None:
+            found = cached.per_pool[(name, uid)] = Claims.of(
+                claim
+                for facts, claim in cached.held
+                if claim is not None and (facts.pool != name or _left_by_namesake(facts, uid))
+            )
+        return found
 
-def _records(informer: Informer, objs: Iterable[dict[str, Any]], kind: type[R]) -> list[R]:
-    """The records of the cached `objs` that have one (a rejected object has none)."""
+
+def _records(informer: Informer, keys: Iterable[ObjectKey], kind: type[R]) -> list[R]:
+    """The records of the cached `keys` that have one (a rejected object has none)."""
     out: list[R] = []
-    for obj in objs:
-        found = records.record(informer, object_key(obj), kind)
+    for key in keys:
+        found = records.record(informer, key, kind)
         if found is not None:
             out.append(found)
     return out

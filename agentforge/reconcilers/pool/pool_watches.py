@@ -5,12 +5,16 @@
 | pools | the pool | spec, deletion, finalizers, VsphereReady/ISOReady change |
 | AgentMachines, Machines | pools of their nodePool | demand-relevant fields change |
 | Agents | pools of their InfraEnv | identity, labels, binding or preparation change |
-| VsphereAgents | their pool + pools sharing its InfraEnv | all but the pool's `status.vm` fields |
+| VsphereAgents | their pool | all but the pool's `status.vm` fields |
+| VsphereAgents | the pools sharing its pool's InfraEnv (and its pool) | its claim changes |
 | InfraEnvs | pools naming them | always |
 
 The predicates compare small fingerprints of what the planner reads, so the
 Assisted Installer's frequent Agent condition updates, and the pool's own status
-writes, do not replan a pool of thousands of VMs.
+writes, do not replan a pool of thousands of VMs. Another pool reads a VsphereAgent
+only as a claim (`planning.snapshot.claim_of`: its VM identity, its Agent, its pool),
+so the steps of a VM's task chain (conditions, creation checkpoint, finalizer) wake
+its own pool alone, not every pool sharing the InfraEnv.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from agentforge.kube.controller import Watch
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import ObjectKey, key_for
 from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.planning.snapshot import claim_of, vsphere_agent_facts
 from agentforge.reconcilers.pool.pool_status import VM_FIELDS
 
 JsonObj = dict[str, Any]
@@ -103,11 +108,22 @@ def _vsphere_agent_fingerprint(va: JsonObj) -> tuple[Any, ...]:
     )
 
 
+def _claim_fingerprint(va: JsonObj) -> tuple[Any, ...]:
+    """What another pool's plan reads of a VsphereAgent: its claim, and the pool UID
+    that tells a namesake pool's leftovers apart (`pool_snapshot`)."""
+    try:
+        facts = vsphere_agent_facts(va)
+    except Exception:  # noqa: BLE001 - unreadable (no record either): every update counts
+        return (object(),)
+    return (claim_of(facts), facts.pool_uid)
+
+
 pool_changed = _changed(_pool_fingerprint)
 agent_machine_changed = _changed(_agent_machine_fingerprint)
 machine_changed = _changed(_machine_fingerprint)
 agent_changed = _changed(_agent_fingerprint)
 vsphere_agent_changed = _changed(_vsphere_agent_fingerprint)
+claim_changed = _changed(_claim_fingerprint)
 
 
 class Mappers:
@@ -142,6 +158,13 @@ class Mappers:
             indexes.POOLS_BY_INFRA_ENV,
             indexes.namespaced_key(meta.get("namespace", ""), meta["name"]),
         )
+
+    def vsphere_agent_pool(self, va: JsonObj) -> Iterable[ObjectKey]:
+        """VsphereAgent -> its pool (usually one)."""
+        namespace = _get(va, "metadata", "namespace")
+        if not namespace:
+            return ()
+        return [key_for(namespace=namespace, name=p) for p in indexes.pools_of_vsphere_agent(va)]
 
     def vsphere_agent(self, va: JsonObj) -> Iterable[ObjectKey]:
         """VsphereAgent -> its pool, and the pools sharing that pool's InfraEnv (claims)."""
@@ -180,8 +203,13 @@ def watches(informers: Mapping[kinds.Kind, Informer]) -> list[Watch]:
         Watch(source=informers[kinds.AGENT], map=mappers.agent, predicate=agent_changed),
         Watch(
             source=informers[kinds.VSPHERE_AGENT],
-            map=mappers.vsphere_agent,
+            map=mappers.vsphere_agent_pool,
             predicate=vsphere_agent_changed,
+        ),
+        Watch(
+            source=informers[kinds.VSPHERE_AGENT],
+            map=mappers.vsphere_agent,
+            predicate=claim_changed,
         ),
         Watch(source=informers[kinds.INFRA_ENV], map=mappers.infra_env),
     ]
@@ -191,6 +219,7 @@ __all__ = [
     "Mappers",
     "agent_changed",
     "agent_machine_changed",
+    "claim_changed",
     "machine_changed",
     "pool_changed",
     "vsphere_agent_changed",

@@ -13,6 +13,11 @@ AgentMachine at a time, made a new VM for every replacement while the replaced
 AgentMachines' VMs still booted. Two matching pools are a configuration error: a
 Warning event on the AgentMachine names both and the fix, and nothing is pinned (the
 pool creates nothing either). A pool being deleted pins nothing.
+
+The work queue takes turns between NodePools (`WorkQueue` fairness, the key's
+nodePool as `indexes.control_plane_object_key` reads it), as the vm controller's does
+between pools: a NodePool asking for one Agent while another's hundreds are queued
+is pinned within one turn of the NodePools, so its pool's plan sees it at once.
 """
 
 from __future__ import annotations
@@ -158,6 +163,13 @@ def controller(deps: Deps) -> Controller:
     pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
     agent_machines = deps.informer(kinds.AGENT_MACHINE)
     mappers = _Mappers(agent_machines=agent_machines)
+
+    def node_pool_of(key: ObjectKey) -> str:
+        """The NodePool an AgentMachine's key takes turns in; a key no longer cached
+        (or naming no NodePool) goes with the keys of none."""
+        obj = agent_machines.get_by_key(key)
+        return (indexes.control_plane_object_key(obj) if obj is not None else None) or ""
+
     return Controller(
         name=CONTROLLER_NAME,
         reconcile=ScaleUpReconciler(deps).reconcile,
@@ -166,4 +178,5 @@ def controller(deps: Deps) -> Controller:
             Watch(source=pools, map=mappers.pool, predicate=_pool_changed),
         ],
         workers=deps.workers,
+        fairness=node_pool_of,
     )

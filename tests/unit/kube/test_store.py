@@ -110,3 +110,20 @@ def test_an_index_value_moves_between_one_and_several_keys_without_losing_any() 
     s.pop(store.ObjectKey("ns/d"))
     assert s.index_keys("pool", "p") == set()
     assert s.index_values("pool") == []
+
+
+def test_the_revision_changes_on_every_write_and_only_then() -> None:
+    s = store.Store()
+    start = s.revision
+    s.put(obj("a"))
+    after_put = s.revision
+    assert after_put != start
+    assert s.get(store.key_for(namespace="ns", name="a")) is not None
+    assert s.revision == after_put  # reads change nothing
+    s.put(obj("a", rv="2"))
+    assert s.revision != after_put
+    before_pop = s.revision
+    assert s.pop(store.key_for(namespace="ns", name="missing")) is None
+    assert s.revision == before_pop  # removing nothing is no change
+    s.pop(store.key_for(namespace="ns", name="a"))
+    assert s.revision != before_pop

@@ -293,3 +293,31 @@ async def test_an_ambiguous_pool_reports_and_cleans_nothing() -> None:
     assert demand["reason"] == "AmbiguousPoolMatch"
     assert f"{NS}/twin" in demand["message"]
     assert CPNS in demand["message"]
+
+
+async def test_the_pool_is_parsed_once_per_resource_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = world()
+    parsed: list[str] = []
+    validate = pool.VsphereAgentPool.model_validate
+
+    def counting(obj: dict, **kw: object) -> pool.VsphereAgentPool:  # type: ignore[type-arg]
+        parsed.append(obj["metadata"]["resourceVersion"])
+        return validate(obj, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pool.VsphereAgentPool, "model_validate", counting)
+    reconciler = pool.PoolReconciler(h.deps)
+    cached = h.informers[kinds.VSPHERE_AGENT_POOL].get(namespace=NS, name=POOL)
+    assert cached is not None
+    await reconciler.reconcile(KEY)
+    await reconciler.reconcile(KEY)  # the same version: the parse is reused
+    assert parsed == [cached["metadata"]["resourceVersion"]]
+    changed = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
+    assert changed is not None
+    changed["spec"]["agent"]["approve"] = not changed["spec"]["agent"].get("approve", False)
+    changed["metadata"]["resourceVersion"] = "9999"
+    h.sync()
+    await reconciler.reconcile(KEY)  # a new version is parsed again
+    assert parsed[-1] == "9999"
+    assert len(parsed) == 2

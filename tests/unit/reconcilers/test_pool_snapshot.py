@@ -122,3 +122,31 @@ def test_the_snapshot_holds_the_pools_world_and_other_pools_claims() -> None:
     assert snapshot.infra_env is not None
     assert snapshot.competing_pools == ["twin"]
     assert vsphere_agent_facts(theirs).pool == "other"
+
+
+def test_claims_are_kept_until_a_vsphere_agent_changes_and_differ_per_pool() -> None:
+    theirs = vsphere_agent_obj("theirs", pool_name="other", bios_uuid=uuid(9), agent_ref="x")
+    h = harness(
+        pool_obj(),
+        pool_obj(name="other"),
+        infra_env_obj(),
+        vsphere_agent_obj("am-1", bios_uuid=uuid(1), agent_ref="mine"),
+        theirs,
+    )
+    source = pool_snapshot.SnapshotSource(h.deps)
+    first = source.snapshot(pool(), now=NOW).claims
+    assert source.snapshot(pool(), now=NOW).claims is first  # nothing changed: reused
+    assert [c.vsphere_agent for c in first.by_agent["x"]] == ["theirs"]
+    assert "mine" not in first.by_agent  # its own VsphereAgent is no claim
+    other = source.snapshot(pool(name="other"), now=NOW).claims
+    assert [c.vsphere_agent for c in other.by_agent["mine"]] == ["am-1"]
+    assert "x" not in other.by_agent
+    changed = copy.deepcopy(h.api.objects[("VsphereAgent", NS, "theirs")])
+    changed["status"]["vm"]["agentRef"] = {"kind": "Agent", "name": "y", "namespace": NS}
+    changed["metadata"]["resourceVersion"] = "999"
+    h.api.objects[("VsphereAgent", NS, "theirs")] = changed
+    h.sync()
+    after = source.snapshot(pool(), now=NOW).claims
+    assert after is not first
+    assert [c.vsphere_agent for c in after.by_agent["y"]] == ["theirs"]
+    assert "x" not in after.by_agent

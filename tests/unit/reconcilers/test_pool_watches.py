@@ -51,6 +51,40 @@ def test_vsphere_agents_map_to_their_pool_and_the_pools_they_may_claim_from() ->
     }
 
 
+def test_a_vsphere_agents_task_chain_wakes_only_its_own_pool() -> None:
+    m = mappers()
+    assert list(m.vsphere_agent_pool(vsphere_agent_obj("va"))) == [KEY]
+    old = vsphere_agent_obj("va")
+    new = copy.deepcopy(old)
+    new["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "PoweringOn"}]
+    new["status"]["creation"] = {"task": "task-1"}
+    new["metadata"]["finalizers"] = [names.FINALIZER_VSPHERE_AGENT]
+    assert pool_watches.vsphere_agent_changed(old, new)  # its own pool replans
+    assert not pool_watches.claim_changed(old, new)  # the pools sharing the InfraEnv do not
+
+
+def test_a_vsphere_agents_claim_wakes_the_pools_sharing_the_infra_env() -> None:
+    old = vsphere_agent_obj("va")
+    for change in (
+        {"biosUUID": uuid(1)},
+        {"macAddress": "00:50:56:00:00:01"},
+        {"agentRef": {"name": "agent-1"}},
+        {"name": "renamed-vm"},
+    ):
+        new = copy.deepcopy(old)
+        new["status"]["vm"].update(change)
+        assert pool_watches.claim_changed(old, new), change
+    deleted = copy.deepcopy(old)
+    deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert pool_watches.claim_changed(old, deleted)
+    moved = copy.deepcopy(old)
+    moved["metadata"]["labels"][names.LABEL_POOL] = "another"
+    assert pool_watches.claim_changed(old, moved)
+    unreadable = copy.deepcopy(old)
+    unreadable["metadata"]["labels"] = ["not", "a", "map"]
+    assert pool_watches.claim_changed(unreadable, copy.deepcopy(unreadable))
+
+
 def test_agent_condition_churn_does_not_replan() -> None:
     old = agent_obj("a", bios_uuid=uuid(1))
     new = copy.deepcopy(old)

@@ -117,3 +117,22 @@ def test_the_registry_builds_the_scaleup_and_pool_controllers() -> None:
     h = harness(pool_obj())
     built = {c.name for c in registry.controllers(h.deps)}
     assert {"scaleup", "pool"} <= built
+
+
+async def test_the_scaleup_queue_takes_turns_between_node_pools() -> None:
+    """A NodePool's one AgentMachine queued behind another NodePool's burst is handed
+    out second, not after the burst (the queue's fairness key is its nodePool)."""
+    burst = [agent_machine_obj(f"big{i}", node_pool=f"{NS}/big") for i in range(50)]
+    h = harness(pool_obj(), *burst, agent_machine_obj("one", node_pool=f"{NS}/small"))
+    built = scaleup.controller(h.deps)
+    for i in range(50):
+        built.enqueue(ObjectKey(f"{CPNS}/big{i}"))
+    built.enqueue(ObjectKey(f"{CPNS}/one"))
+    built.enqueue(ObjectKey(f"{CPNS}/gone"))  # not cached: the group of no NodePool
+    order = [await built.queue.get() for _ in range(len(built.queue))]
+    assert order[:3] == [
+        ObjectKey(f"{CPNS}/big0"),
+        ObjectKey(f"{CPNS}/one"),
+        ObjectKey(f"{CPNS}/gone"),
+    ]
+    assert order[3:] == [ObjectKey(f"{CPNS}/big{i}") for i in range(1, 50)]
