@@ -23,7 +23,7 @@ from agentforge.api.conditions import (
 )
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.common.event_reasons import InfraEvent, VmEvent
+from agentforge.reconcilers.common.event_reasons import InfraEvent, RuleEvent, VmEvent
 from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
 from agentforge.reconcilers.pool.metrics import CapacityState
 from agentforge.reconcilers.pool.pool import PoolEvent
@@ -160,7 +160,7 @@ def _assert_known(
 def _reasons() -> set[str]:
     enums: list[type] = [
         PoolReason, VsphereAgentReason, ISOEjectedReason, VMReason,
-        PoolEvent, InfraEvent, VmEvent, ScaleUpEvent, EjectionEvent,
+        PoolEvent, InfraEvent, VmEvent, RuleEvent, ScaleUpEvent, EjectionEvent,
     ]  # fmt: skip
     return {member.value for enum in enums for member in enum} | EXTERNAL_REASONS
 
