@@ -8,11 +8,22 @@ AgentMachines match several pools every clean-up is paused, and a VM whose Agent
 bound (the matched Agent, or any bound Agent that reports the VM's identity, so the
 bookkeeping is not trusted) is deferred with the reason, never deleted.
 
+A VM whose matched Agent is unbound but still carries the pool's selector labels
+(`spec.agent.labels`, what the NodePool's AgentMachines select) is not deleted yet:
+CAPI could bind that Agent to a waiting AgentMachine before the `vm` controller
+finalizes the deletion, which it would then hold (a bound VM is never destroyed), and
+that AgentMachine would be served by a VM on its way out. The plan removes those
+labels first (`Unlabel`, on the version it saw); the deletion is decided by a later
+plan whose snapshot shows the Agent without them and unbound. So the Agent's labels
+are the checkpoint: after a crash between the two steps the next plan, from the
+cache, deletes; an Agent bound meanwhile keeps its VM (Bound: capacity of the pool).
+
 Pure: no I/O, no clock (`now` comes from the phase context).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 from agentforge.api.vm import VMPhase, VMReason
@@ -20,7 +31,7 @@ from agentforge.reconcilers.planning import phases
 from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE
 from agentforge.reconcilers.planning.bound_agents import BoundAgents, blocker
 from agentforge.reconcilers.planning.phases import VMRecord
-from agentforge.reconcilers.planning.planner_actions import Deferral, Deletion
+from agentforge.reconcilers.planning.planner_actions import Deferral, Deletion, Unlabel
 from agentforge.reconcilers.planning.snapshot import AgentFacts, VsphereAgentFacts
 
 __all__ = ["decide", "reason"]
@@ -62,9 +73,11 @@ def decide(
     *,
     competing: bool,
     bound_agents: BoundAgents,
-) -> Deletion | Deferral:
+    selector: Mapping[str, str],
+) -> Deletion | Deferral | Unlabel:
     """Delete the VM for `why`, or defer it: clean-up paused by `competing` pools, or
-    its matched Agent bound, or a bound Agent reporting its identity."""
+    its matched Agent bound, or a bound Agent reporting its identity; or, first,
+    unlabel its matched Agent while it carries any of the pool's `selector` labels."""
     if competing:
         return Deferral(
             record.name,
@@ -81,6 +94,10 @@ def decide(
             f"{why}, but {blocker(holder)} and reports this VM's "
             f"{'BIOS UUID' if va.bios_uuid and holder.bios_uuid else 'MAC'}",
         )
+    if agent is not None:
+        held = tuple(sorted(k for k, v in selector.items() if agent.labels.get(k) == v))
+        if held:
+            return Unlabel(agent.name, record.name, va.name, held, agent.resource_version, why)
     return Deletion(va.name, va.uid, record.name, agent.name if agent else None, why)
 
 

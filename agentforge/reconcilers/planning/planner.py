@@ -21,7 +21,10 @@ made precise in docs/design/0002):
   created while AgentMachines match two pools. "Whose Agent is bound" does not trust
   the bookkeeping: besides the matched Agent, any bound Agent of the snapshot that
   identifies the VM (its BIOS UUID, or its MAC with no BIOS UUID saying otherwise;
-  claimed or excluded ones included) defers it;
+  claimed or excluded ones included) defers it. A VM whose unbound Agent still
+  carries the pool's selector labels is not deleted yet: the plan removes them
+  (`Unlabel`, conditional on the Agent's version) and a later plan, seeing them gone,
+  deletes (`cleanup`), so CAPI cannot bind the Agent of a VM on its way out;
 * warm spares (`spec.spares`, see `assignment`): the spares to create, the surplus
   ones to clean up (under `cleanupPolicy: Delete`, least advanced first), their
   Agents prepared with the spare selection label only (no pool label: no
@@ -66,6 +69,7 @@ from agentforge.reconcilers.planning.planner_actions import (
     Decisions,
     Deferral,
     Deletion,
+    Unlabel,
     actions,
 )
 from agentforge.reconcilers.planning.pool_conditions import ConditionDecision, Observed
@@ -97,6 +101,7 @@ __all__ = [
     "Plan",
     "Ref",
     "Snapshot",
+    "Unlabel",
     "VMRecord",
     "desired_labels",
     "discriminator",
@@ -157,6 +162,9 @@ class Plan:
     spare_creations: tuple[str, ...] = ()
     """Warm spare VsphereAgents to create (names no VsphereAgent of the pool holds)."""
     spares: Spares = Spares()
+    unlabels: tuple[Unlabel, ...] = ()
+    """Clean-ups' first step: the pool's labels removed from a VM's unbound Agent (the
+    VM is deleted by a later plan that sees them gone)."""
 
     @property
     def changed_vms(self) -> tuple[VMRecord, ...]:
@@ -250,6 +258,7 @@ def plan(snapshot: Snapshot) -> Plan:
     patches: list[AgentPatch] = []
     deletions: list[Deletion] = []
     deferrals: list[Deferral] = []
+    unlabels: list[Unlabel] = []
     ejections: dict[ISOEjectedReason, int] = {}
     pending = 0
     cleanup = pool.cleanup_enabled
@@ -287,9 +296,12 @@ def plan(snapshot: Snapshot) -> Plan:
             reason,
             competing=bool(snapshot.competing_pools),
             bound_agents=bound_agents,
+            selector=pool.spec.agent.labels,
         )
         if isinstance(decided_cleanup, Deletion):
             deletions.append(decided_cleanup)
+        elif isinstance(decided_cleanup, Unlabel):
+            unlabels.append(decided_cleanup)
         else:
             deferrals.append(decided_cleanup)
 
@@ -336,6 +348,7 @@ def plan(snapshot: Snapshot) -> Plan:
                 deferrals=deferrals,
                 handovers=outcome.handovers,
                 spare_creations=outcome.spare_names,
+                unlabels=unlabels,
             )
         ),
         conditions=(*decided, ready),
@@ -346,6 +359,7 @@ def plan(snapshot: Snapshot) -> Plan:
         planned_names=(frozenset(va.name for va in ordered) if outcome.creations else frozenset()),
         spare_creations=outcome.spare_names,
         spares=spares,
+        unlabels=tuple(unlabels),
     )
 
 

@@ -1,17 +1,18 @@
 """What a plan does, as `status.plannedActions` shows it (pure).
 
-The planner's decisions (clean-ups, deferred clean-ups, hand-overs, Agent patches, the
-demand deficit) become a short, ordered list of actions: the pool's answer to "what
-is the operator about to do, and why". At most `MAX_PLANNED_ACTIONS` are listed (a
-burst of thousands of Agents must not bloat the status); the counts say the rest.
+The planner's decisions (clean-ups, the Agent unlabelling that precedes one, deferred
+clean-ups, hand-overs, Agent patches, the demand deficit) become a short, ordered
+list of actions: the pool's answer to "what is the operator about to do, and why".
+At most `MAX_PLANNED_ACTIONS` are listed (a burst of thousands of Agents must not
+bloat the status); the counts say the rest.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from agentforge.api.pool import PlannedActionType
 from agentforge.reconcilers.planning.assignment import Handover
@@ -31,6 +32,34 @@ class Deletion:
     vm: str
     agent: str | None
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unlabel:
+    """The first step of a clean-up: remove the pool's selector labels (`spec.agent.labels`)
+    from the VM's unbound Agent, on exactly the version the plan saw, so no AgentMachine
+    of the pool can bind it while its VM is deleted. The VM is not deleted by this plan:
+    a later one, whose snapshot shows the Agent without those labels and still unbound,
+    decides the deletion again (and one that shows it bound keeps the VM)."""
+
+    agent: str
+    vm: str
+    vsphere_agent: str
+    labels: tuple[str, ...]
+    """The label keys to remove (those the Agent carries with the pool's value)."""
+    resource_version: str
+    """The Agent's version the plan saw ("" if unknown: then unconditional)."""
+    reason: str
+    """Why the VM is to be cleaned up."""
+
+    @property
+    def patch(self) -> Mapping[str, Any]:
+        """The RFC 7386 merge patch; its resourceVersion is a precondition (a 409 when
+        the Agent changed, bound by CAPI perhaps, since the plan saw it)."""
+        meta: dict[str, Any] = {"labels": dict.fromkeys(self.labels)}
+        if self.resource_version:
+            meta["resourceVersion"] = self.resource_version
+        return {"metadata": meta}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +86,7 @@ class Decisions:
     deferrals: Sequence[Deferral]
     handovers: Sequence[Handover]
     spare_creations: Sequence[str] = ()
+    unlabels: Sequence[Unlabel] = ()
 
 
 def actions(decided: Decisions) -> tuple[Action, ...]:
@@ -95,6 +125,13 @@ def _all(d: Decisions) -> Iterator[Action]:
             p.agent,
             f"prepare the Agent of VM {p.vm}: set {', '.join(fields)}",
         )
+    for u in d.unlabels:
+        yield Action(
+            PlannedActionType.PATCH_AGENT,
+            u.agent,
+            f"remove the pool's labels ({', '.join(u.labels)}) from the unbound Agent of VM "
+            f"{u.vm}, so no AgentMachine binds it, before the VM is deleted: {u.reason}",
+        )
     for x in d.deletions:
         yield Action(PlannedActionType.DELETE_VM, x.vm, x.reason)
     for x in d.deletions:
@@ -109,6 +146,7 @@ def _all(d: Decisions) -> Iterator[Action]:
         or d.handovers
         or d.spare_creations
         or d.patches
+        or d.unlabels
         or d.deletions
         or d.deferrals
     ):

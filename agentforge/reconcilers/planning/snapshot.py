@@ -63,11 +63,16 @@ class AgentFacts:
     spec_hostname: str
     approved: bool
     role: str
+    resource_version: str = ""
+    """The version these facts were read from: the precondition of the pool's clean-up
+    unlabelling (`planner_actions.Unlabel`), so it never touches a later version."""
 
 
 def agent_facts(obj: JsonObj) -> AgentFacts:
     view = views.Agent.model_validate(obj)
-    labels = (obj.get("metadata") or _EMPTY).get("labels")
+    meta = obj.get("metadata") or _EMPTY
+    labels = meta.get("labels")
+    version = meta.get("resourceVersion")
     return AgentFacts(
         name=view.metadata.name,
         uid=view.metadata.uid,
@@ -84,6 +89,7 @@ def agent_facts(obj: JsonObj) -> AgentFacts:
         spec_hostname=view.spec.hostname,
         approved=view.spec.approved,
         role=view.spec.role,
+        resource_version=version if isinstance(version, str) else "",  # the cached str
     )
 
 

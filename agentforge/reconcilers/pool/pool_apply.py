@@ -1,7 +1,10 @@
 """Applying a pool's plan: the API calls, in an order that is safe to stop anywhere.
 
 1. Agent preparation patches (merge patches of the differing fields only), except
-   those that follow a hand-over record this plan writes (step 6).
+   those that follow a hand-over record this plan writes (step 6); then clean-up's
+   first step (`planner.Unlabel`): the pool's labels removed from a VM's unbound Agent,
+   conditional on the version the plan saw (a 409: it changed, perhaps bound: planned
+   again). The VM is deleted by a later plan that sees the labels gone.
 2. Clean-up: VsphereAgent deletions (UID precondition: a re-created object of the
    same name is never hit).
 3. Each VsphereAgent's `status.vm` phase fields and `status.handover`, written only
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from agentforge.api import kinds, names
+from agentforge.api import kinds, names, rbac
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.events import EventType
@@ -46,6 +49,12 @@ from agentforge.reconcilers.pool.plan_reports import summary
 from agentforge.reconcilers.pool.pool_snapshot import SnapshotSource
 
 log = logging.getLogger(__name__)
+
+rbac.needs(
+    kinds.AGENT,
+    "patch",
+    why="remove the pool's labels from a VM's unbound Agent before clean-up deletes the VM",
+)
 
 JsonObj = dict[str, Any]
 
@@ -132,6 +141,7 @@ class PlanApplier:
         reports them, `plan_reports`), also when a later step fails."""
         namespace = pool.metadata.namespace
         await self._prepare(pool, [p for p in plan.patches if p.after_record is None], prepared)
+        changed = await self._unlabel(pool, plan)
         deleted: set[str] = set()
         for deletion in plan.deletions:
             await self.step(
@@ -160,7 +170,32 @@ class PlanApplier:
         # `deleted` now also holds the VsphereAgents found gone while writing records
         held = [p for p in plan.patches if p.after_record is not None]
         await self._prepare(pool, [p for p in held if p.after_record not in deleted], prepared)
-        return Applied(owned=owned, requeue=requeue)
+        return Applied(owned=owned, requeue=requeue or changed)
+
+    async def _unlabel(self, pool: VsphereAgentPool, plan: planner.Plan) -> bool:
+        """Clean-up's first step; True when an Agent changed since the plan saw it."""
+        namespace = pool.metadata.namespace
+        changed = False
+        for unlabel in plan.unlabels:
+            try:
+                await self._client.patch_merge(
+                    kinds.AGENT, namespace=namespace, name=unlabel.agent, patch=unlabel.patch
+                )
+            except errors.NotFound:
+                continue
+            except errors.Conflict:
+                changed = True  # bound by CAPI, perhaps: the next plan decides again
+                continue
+            except errors.KubeError as exc:
+                raise StepFailed(
+                    f"could not remove the pool's labels from Agent {namespace}/"
+                    f"{unlabel.agent} before deleting VM {unlabel.vm}: {exc}; {hint(exc)}",
+                    forbidden=isinstance(exc, errors.Forbidden),
+                ) from exc
+            log.info("removed the labels %s from Agent %s/%s: no AgentMachine can bind it, "
+                     "VM %s is deleted next (%s)", ", ".join(unlabel.labels), namespace,
+                     unlabel.agent, unlabel.vm, unlabel.reason)  # fmt: skip
+        return changed
 
     async def _prepare(
         self, pool: VsphereAgentPool, patches: Sequence[planner.AgentPatch], prepared: list[str]

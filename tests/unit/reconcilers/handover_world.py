@@ -13,8 +13,9 @@ plays each party by hand, one step at a time:
 * the `vm` controller gives a VsphereAgent its VM (a BIOS UUID) and removes deleted
   VsphereAgents with their unbound Agents (a bound one holding a VM is a violation);
 * the Assisted Installer registers an Agent for a VM;
-* the `pool` controller runs the planner and applies the plan (Agent patches, VM
-  records and `status.handover`, deletions, hand-overs, creations).
+* the `pool` controller runs the planner and applies the plan (Agent patches, the
+  pool's labels removed from Agents before their VMs' clean-up, VM records and
+  `status.handover`, deletions, hand-overs, creations).
 
 Time only moves when told (`tick`). `removed_at` records when AgentMachines started to
 go away, for the bound on spare VMs.
@@ -244,6 +245,10 @@ class Model:
                 self.violations.append(f"{handover.vsphere_agent} handed over with a bound Agent")
         for patch in plan.patches:
             merge(self.world.agents[patch.agent], patch.patch)
+        for unlabel in plan.unlabels:  # its version precondition holds: nothing ran between
+            labels = self.world.agents[unlabel.agent]["metadata"]["labels"]
+            for key in unlabel.labels:
+                del labels[key]
         for record in plan.vms:
             status = self.world.vsphere_agents[record.vsphere_agent].setdefault("status", {})
             pool_status.apply_vm(status.setdefault("vm", {}), record, where=WHERE)

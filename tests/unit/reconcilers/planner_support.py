@@ -2,8 +2,9 @@
 
 Every builder returns the raw dict an informer would cache, and `facts(...)` runs the
 same extractors the controller uses, so tests exercise extraction too. `apply_plan`
-plays the world forward: the Agent patches merged, the VM records written into the
-VsphereAgents' status, deleted VsphereAgents marked as deleting.
+plays the world forward: the Agent patches merged, the pool's labels removed from
+the Agents the plan unlabels, the VM records written into the VsphereAgents' status,
+deleted VsphereAgents marked as deleting.
 """
 
 from __future__ import annotations
@@ -330,6 +331,10 @@ class World:
         with `handovers`, the hand-overs' selection labels moved too)."""
         for patch in plan.patches:
             merge(self.agents[patch.agent], patch.patch)
+        for unlabel in plan.unlabels:
+            labels = self.agents[unlabel.agent]["metadata"]["labels"]
+            for key in unlabel.labels:
+                labels.pop(key, None)
         for record in plan.vms:
             obj = self.vsphere_agents[record.vsphere_agent]
             vm = obj.setdefault("status", {}).setdefault("vm", {})

@@ -118,6 +118,8 @@ def test_a_vm_whose_agent_is_bound_is_never_deleted(world: World) -> None:
         record = records[deletion.vsphere_agent]
         if record.agent is not None:
             assert not agent_facts(world.agents[record.agent.name]).bound
+    for unlabel in plan.unlabels:  # nor is a bound Agent unlabelled
+        assert not agent_facts(world.agents[unlabel.agent]).bound
 
 
 @FAST
@@ -146,12 +148,17 @@ def test_each_agent_backs_at_most_one_vm_and_excluded_agents_none(world: World) 
 @FAST
 @given(worlds())
 def test_applying_a_plan_yields_an_empty_plan(world: World) -> None:
+    """... but for the clean-ups the plan started by unlabelling an Agent: the next plan,
+    which sees the labels gone, deletes exactly those VMs (and nothing is left after)."""
     first = world.plan()
     world.apply(first)
     second = world.plan()
-    assert second.patches == ()
-    assert second.deletions == ()
+    assert (second.patches, second.unlabels) == ((), ())
+    assert {d.vsphere_agent for d in second.deletions} == {u.vsphere_agent for u in first.unlabels}
     assert [r for r in second.vms if r.changed] == []
+    world.apply(second)
+    third = world.plan()
+    assert (third.patches, third.unlabels, third.deletions, third.changed_vms) == ((), (), (), ())
 
 
 @FAST
@@ -163,7 +170,10 @@ def test_a_hand_over_is_done_by_the_next_plan(world: World) -> None:
     first = world.plan()
     world.apply(first, handovers=True)
     second = world.plan()
-    assert (second.patches, second.deletions, second.handovers) == ((), (), ())
+    assert (second.patches, second.unlabels, second.handovers) == ((), (), ())
+    assert {d.vsphere_agent for d in second.deletions} == {
+        u.vsphere_agent for u in first.unlabels
+    }  # clean-ups the first plan started by unlabelling the Agent
     before = {r.vsphere_agent: r for r in first.vms}
     for record in second.changed_vms:
         assert record.handover is None
@@ -173,6 +183,7 @@ def test_a_hand_over_is_done_by_the_next_plan(world: World) -> None:
     world.apply(second, handovers=True)
     third = world.plan()
     assert (third.patches, third.deletions, third.handovers, third.changed_vms) == ((), (), (), ())
+    assert third.unlabels == ()
 
 
 @FAST

@@ -321,3 +321,62 @@ async def test_the_pool_is_parsed_once_per_resource_version(
     await reconciler.reconcile(KEY)  # a new version is parsed again
     assert parsed[-1] == "9999"
     assert len(parsed) == 2
+
+
+def _released_with_pool_labels() -> Harness:
+    """A Released VM whose Machine is gone; its Agent, unbound, still carries the pool's
+    labels (an AgentMachine of the pool could bind it)."""
+    return harness(
+        pool_obj(),
+        infra_env_obj(),
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Released", reason="MachineDeleted",
+            agent_ref="a1", machine_ref="machine-1",
+        ),
+        agent_obj("a1", bios_uuid=uuid(1), labels={"customer": "acme"}, approved=True),
+    )  # fmt: skip
+
+
+async def test_cleanup_unlabels_the_agent_then_deletes_once_the_cache_shows_it() -> None:
+    h = _released_with_pool_labels()
+    seen = h.api.find(kinds.AGENT, NS, "a1")
+    assert seen is not None
+    version = seen["metadata"]["resourceVersion"]
+    await reconcile(h)
+    assert not any(c.verb == "delete" for c in h.api.calls)
+    (unlabel,) = [c for c in h.api.calls if c.kind == "Agent"]
+    assert (unlabel.verb, unlabel.name) == ("patch", "a1")
+    assert unlabel.body == {"metadata": {"labels": {"customer": None}, "resourceVersion": version}}
+    planned = status(h)["plannedActions"]
+    assert [(a["type"], a["name"]) for a in planned] == [("PatchAgent", "a1")]
+
+    h.sync()  # the Agent's update reaches the cache (and wakes the pool)
+    h.api.calls.clear()
+    await reconcile(h)
+    assert ("delete", "VsphereAgent", "am-1") in h.api.verbs()
+    assert not any(c.kind == "Agent" for c in h.api.calls)
+
+
+async def test_an_agent_changed_before_its_unlabelling_is_planned_again_not_deleted() -> None:
+    """CAPI bound the Agent after the cache was read: the unlabelling's version
+    precondition fails (409), nothing is deleted, the pool plans again; the next plan
+    sees the Agent bound and leaves the VM (and the Agent's labels) alone."""
+    h = _released_with_pool_labels()
+    agent = h.api.find(kinds.AGENT, NS, "a1")
+    assert agent is not None
+    agent["metadata"]["labels"][names.LABEL_AGENT_MACHINE_REF] = "am-9"
+    agent["spec"]["clusterDeploymentName"] = {"name": "demo", "namespace": CPNS}
+    h.api._bump(agent)  # on the server only: the cache still shows it unbound
+    result = await reconcile(h)
+    assert getattr(result, "requeue", False) is True
+    assert not any(c.verb == "delete" for c in h.api.calls)
+    assert agent["metadata"]["labels"]["customer"] == "acme"
+    assert not [e for e in h.events.events if e.reason == "ApplyFailed"]
+
+    h.sync()
+    h.api.calls.clear()
+    await reconcile(h)
+    assert not any(c.verb == "delete" or c.kind == "Agent" for c in h.api.calls)
+    va = h.api.find(kinds.VSPHERE_AGENT, NS, "am-1")
+    assert va is not None
+    assert va["status"]["vm"]["phase"] == "Bound"
