@@ -18,7 +18,11 @@
 
 Why `cryptography` (a runtime dependency): the standard `ssl` module can serve a
 certificate but not make one, and pyca's package is the maintained X.509 library for
-Python, with binary wheels for every platform the image is built for. `ssl` loads a
+Python, with binary wheels for every platform the image is built for. It costs the
+process that imports it about 8 MB of RSS for good, so the operator never imports it:
+a mounted pair needs no X.509 code, and the generated pair is made by a short-lived
+child, `python -m agentforge.self_signed`, that hands it back over a pipe (made in
+the operator, with a warning, only when the child cannot run). `ssl` loads a
 certificate only from files, so the generated pair is written to a private
 temporary directory (mode 0700, in the pod's memory-backed /tmp), loaded and deleted.
 """
@@ -26,21 +30,16 @@ temporary directory (mode 0700, in the pod's memory-backed /tmp), loaded and del
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import logging
 import os
-import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agentforge.kube.access_review import AccessReviewer, ReviewUnavailable, Verdict
 from agentforge.kube.client import KubeClient
@@ -58,7 +57,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CERT_CHECK_INTERVAL = 10.0
-SELF_SIGNED_VALIDITY = dt.timedelta(days=365)
+SELF_SIGNED_CHILD_TIMEOUT = 60.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
@@ -72,38 +71,44 @@ def _server_context() -> ssl.SSLContext:
 
 
 def self_signed_pair(*, hostname: str | None = None) -> tuple[bytes, bytes]:
-    """(certificate PEM, private key PEM) of a fresh self-signed serving certificate."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    host = hostname if hostname is not None else socket.gethostname()
-    dns = ["localhost"] + ([host] if host.isascii() and host and host != "localhost" else [])
-    names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
-    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1")]
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "agent-forge"),
-            x509.NameAttribute(NameOID.COMMON_NAME, f"agent-forge-metrics@{dns[-1]}"[:64]),
-        ]
+    """(certificate PEM, private key PEM) of a fresh self-signed serving certificate,
+    made in this process (`agentforge.self_signed.pair`: imports `cryptography`)."""
+    from agentforge import self_signed  # noqa: PLC0415 - cryptography only when asked
+
+    return self_signed.pair(hostname=hostname)
+
+
+_KEY_MARKER = b"-----BEGIN PRIVATE KEY-----"
+
+
+def _generate_pair() -> tuple[bytes, bytes]:
+    """A self-signed pair from a child process (`python -m agentforge.self_signed`), so
+    this process never loads `cryptography`; made here, with a warning, when the child
+    cannot run or answers with something else than a certificate and a key."""
+    problem: object
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentforge.self_signed"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=SELF_SIGNED_CHILD_TIMEOUT,
+            check=True,
+        )
+    except subprocess.CalledProcessError as exc:
+        problem = f"{exc}: {exc.stderr.decode(errors='replace').strip()[-500:]}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        problem = exc
+    else:
+        cert, marker, key = done.stdout.partition(_KEY_MARKER)
+        if marker and b"-----BEGIN CERTIFICATE-----" in cert:
+            return cert, marker + key
+        problem = "its output is not a certificate and a key"
+    log.warning(
+        "cannot make the self-signed metrics certificate in a child process; making it "
+        "in the operator (about 8 MB more memory): %s",
+        problem,
     )
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + SELF_SIGNED_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    return self_signed_pair()
 
 
 def _load_pem_pair(context: ssl.SSLContext, *, cert: bytes, key: bytes) -> None:
@@ -146,7 +151,7 @@ class MetricsTls:
     @classmethod
     def self_signed(cls) -> MetricsTls:
         context = _server_context()
-        cert, key = self_signed_pair()
+        cert, key = _generate_pair()
         _load_pem_pair(context, cert=cert, key=key)
         return cls(context)
 

@@ -10,6 +10,7 @@ empty namespace gives the baseline: the same process with empty caches.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import psutil
 
@@ -19,6 +20,10 @@ from sim.operator import OperatorProcess
 
 MB = 1024 * 1024
 SETTLE_SECONDS = 5.0
+
+
+def _load() -> str:
+    return "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
 
 async def _measure(op: OperatorProcess) -> tuple[float, float, float]:
@@ -53,6 +58,7 @@ async def run(ctx: Context) -> Section:
     ) as op:
         await asyncio.to_thread(f.controlplane.create_namespace, "bench-empty")
         _, _, baseline = await _measure(op)
+        baseline_load = _load()
 
     ctx.step(f"an operator caching {f.scale:,} Agents, AgentMachines and Machines")
     async with OperatorProcess(
@@ -64,6 +70,7 @@ async def run(ctx: Context) -> Section:
     ) as op:
         sync_seconds, peak, steady = await _measure(op)
         synced = await op.wait_log("caches synced", within=5)
+        load = _load()
     objects = sum(synced["objects"].values())
 
     section.add("RSS, steady, caches synced", steady, "MB", Goal.at_most(150))
@@ -82,6 +89,8 @@ async def run(ctx: Context) -> Section:
         "48 in flight; the operator reads through the counting proxy as its ServiceAccount.",
         f"RSS sampled every 50 ms until /readyz answered 200, then read after "
         f"{SETTLE_SECONDS:g} s idle. Baseline: same flags plus --namespace bench-empty.",
+        f"Load average (1, 5, 15 min) when the steady figure was read {load}, the baseline "
+        f"{baseline_load}, on {os.cpu_count()} CPUs.",
         "The fleet is uniform (unbound Agents of one InfraEnv, one NodePool): its label, "
         "annotation and condition sets repeat, and the cache stores each distinct small "
         "mapping once (api.trim `Shared`). In a real fleet a bound Agent's labels are its "
