@@ -41,6 +41,7 @@ from sim.actors.infraenv import InfraEnvStandIn
 from sim.actors.isoserver import DEFAULT_ISO_SIZE, IsoServer
 from sim.actors.nodepool import MACHINE_V1BETA2, MachineController, NodePoolDriver
 from sim.actors.vcenter import VcenterReader, VmFact
+from sim.cluster_config import cluster_config
 from sim.controlplane import ControlPlane
 from sim.vcsim import Vcsim
 from sim.world import samples
@@ -100,7 +101,7 @@ class World:
         for ns in (self.namespace, self.control_plane_namespace):
             await asyncio.to_thread(self.controlplane.create_namespace, ns)
         if self._kubeconfig is not None:
-            cluster = await kube_config.load_config(kubeconfig=self._kubeconfig, environ={})
+            cluster = await cluster_config(self._kubeconfig)
         else:  # admin straight to the apiserver (what direct_admin_kubeconfig holds)
             cluster = kube_config.ClusterConfig(
                 server=self.controlplane.apiserver_url,

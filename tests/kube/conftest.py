@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from agentforge.kube import client, config
+from agentforge.kube import client
+from sim.cluster_config import cluster_config
 from sim.controlplane.controlplane import ControlPlane
 from sim.controlplane.pytest_plugin import namespace_name
 from sim.vcsim.launcher import Vcsim
@@ -26,7 +27,7 @@ from tests.kube.reconcilers_world import World, install_current_crds, world_for
 
 @pytest.fixture
 async def kube(controlplane: ControlPlane) -> AsyncIterator[client.KubeClient]:
-    cfg = await config.load_config(kubeconfig=controlplane.admin_kubeconfig, environ={})
+    cfg = await cluster_config(controlplane.admin_kubeconfig)
     retry = client.RetryPolicy(attempts=6, initial_backoff=0.02, max_backoff=0.5)
     async with client.KubeClient(config=cfg, retry=retry) as kube_client:
         yield kube_client

@@ -26,7 +26,6 @@ from agentforge import vsphere
 from agentforge.api import kinds, names
 from agentforge.app import cache_transform
 from agentforge.kube import client as kube_client
-from agentforge.kube import config as kube_config
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
@@ -39,6 +38,7 @@ from agentforge.reconcilers.pool import pool
 from agentforge.reconcilers.scaleup import scaleup
 from agentforge.reconcilers.vm import spread_rules, vm
 from agentforge.wiring import CACHED_KINDS
+from sim.cluster_config import cluster_config
 from sim.controlplane.controlplane import ControlPlane
 
 IDENTITY = "agent-forge-it"
@@ -87,7 +87,7 @@ async def running_operator(
     """`registry`: a vSphere session registry the caller owns (and logged in before the
     test body, so its background tasks are not the test's)."""
     kubeconfig = controlplane.user_kubeconfig(IDENTITY, ["system:masters"])
-    cfg = await kube_config.load_config(kubeconfig=kubeconfig, environ={})
+    cfg = await cluster_config(kubeconfig)
     retry = kube_client.RetryPolicy(attempts=6, initial_backoff=0.02, max_backoff=0.5)
     owned = registry is None
     registry = registry or vsphere.SessionRegistry(
