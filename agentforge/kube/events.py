@@ -334,29 +334,27 @@ class EventRecorder:
         if message != logged.written_message:
             patch["message"] = message
         namespace = logged.correlated.involved.namespace or "default"
+        first = ""
         if not logged.name:  # a combined event's first write: created with its count
-            logged.name = await self._create(
-                logged.correlated,
-                type=logged.type,
-                reason=logged.reason,
-                count=logged.count,
-                at=logged.last_timestamp,
-                first=logged.first_timestamp,
-            )
-            self._wrote(key, logged, message)
-            return
-        try:
-            await self._client.patch_merge(
-                EVENT, namespace=namespace, name=logged.name, patch=patch
-            )
-        except errors.NotFound:  # expired by the apiserver's TTL: a fresh one, counted
-            logged.name = await self._create(
-                logged.correlated,
-                type=logged.type,
-                reason=logged.reason,
-                count=logged.count,
-                at=logged.last_timestamp,
-            )
+            first = logged.first_timestamp
+        else:
+            try:
+                await self._client.patch_merge(
+                    EVENT, namespace=namespace, name=logged.name, patch=patch
+                )
+            except errors.NotFound:  # expired by the apiserver's TTL: a fresh one, counted
+                pass
+            else:
+                self._wrote(key, logged, message)
+                return
+        logged.name = await self._create(
+            logged.correlated,
+            type=logged.type,
+            reason=logged.reason,
+            count=logged.count,
+            at=logged.last_timestamp,
+            first=first,
+        )
         self._wrote(key, logged, message)
 
     def _wrote(self, key: tuple[Hashable, ...], logged: _Logged, message: str) -> None:
