@@ -53,11 +53,15 @@ async def spread_world(
         yield built
 
 
-async def spread_pool(world: World, domains: list[dict[str, Any]]) -> None:
+async def spread_pool(world: World, domains: list[dict[str, Any]]) -> str:
+    """Create a spread pool (ISO ready); return the prefix of its DRS rules' names."""
     await world.create_secret()
     await world.create_infra_env()
     await world.create_pool(vsphere={"spreadPolicy": "Spread", "failureDomains": domains})
     await world.condition(POOL, "pool", "ISOReady", status="True")
+    pool = await world.get(POOL, "pool")
+    assert pool is not None
+    return f"agent-forge-spread-{pool['metadata']['uid']}-"
 
 
 async def create_all(world: World, names: list[str]) -> list[dict[str, Any]]:
@@ -234,10 +238,7 @@ async def test_the_pools_anti_affinity_rule_follows_its_vms_and_goes_with_them(
     world = spread_world
     names = [f"va{i}" for i in range(4)]
     async with world.run():
-        await spread_pool(world, DOMAINS)
-        pool = await world.get(POOL, "pool")
-        assert pool is not None
-        marker = f"agent-forge-spread-{pool['metadata']['uid']}-"
+        marker = await spread_pool(world, DOMAINS)
         vas = await create_all(world, names)
         moref = {va["metadata"]["name"]: va["status"]["vm"]["moRef"] for va in vas}
         domain = {va["metadata"]["name"]: placement_of(va)["failureDomain"] for va in vas}
@@ -370,10 +371,7 @@ async def test_a_failed_rule_change_is_said_on_the_pool_and_retried_until_the_ru
     world = spread_world
     names = [f"va{i}" for i in range(4)]
     async with world.run():
-        await spread_pool(world, DOMAINS)
-        pool = await world.get(POOL, "pool")
-        assert pool is not None
-        marker = f"agent-forge-spread-{pool['metadata']['uid']}-"
+        marker = await spread_pool(world, DOMAINS)
         await world.vcsim.control.fail_next_tasks(
             "ReconfigureComputeResource_Task", n=2, fault="NoPermission"
         )
