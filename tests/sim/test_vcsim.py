@@ -69,11 +69,28 @@ def find(si: vim.ServiceInstance, path: str) -> vim.ManagedEntity:
     return found
 
 
+def task_info(task: vim.Task, *paths: str) -> dict[str, object]:
+    """Read only the named `info.*` paths of a task through the property collector.
+
+    Reading the whole `task.info` makes pyVmomi type-check `info.entity`, and vcsim names
+    a datastore-search task's entity with a DatastoreBrowser, which is no ManagedEntity:
+    that check failed now and then. The operator reads only these paths too
+    (agentforge/vsphere/tasks.py).
+    """
+    content = vim.ServiceInstance("ServiceInstance", task._stub).RetrieveContent()
+    spec = vmodl.query.PropertyCollector.FilterSpec(
+        objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=task, skip=False)],
+        propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=list(paths))],
+    )
+    found = content.propertyCollector.RetrieveContents([spec])
+    return {prop.name: prop.val for result in found for prop in result.propSet}
+
+
 def wait_task(task: vim.Task, timeout: float = DEADLINE_S) -> vim.TaskInfo.State:
     """Poll the task's state until it ends, failing past the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        state = task.info.state
+        state = task_info(task, "info.state")["info.state"]
         if state in (vim.TaskInfo.State.success, vim.TaskInfo.State.error):
             return state
         if time.monotonic() > deadline:
@@ -511,7 +528,7 @@ def test_uploaded_file_lands_on_disk_and_datastore_calls_see_it(
     assert wait_task(search) == vim.TaskInfo.State.success
     found = {
         (result.folderPath, f.path, f.fileSize)
-        for result in search.info.result
+        for result in task_info(search, "info.result")["info.result"]
         for f in result.file
     }
     assert (f"[iso-ds] {base}/in", "a.iso", len(payload)) in found
