@@ -59,7 +59,7 @@ from bench.harness import Context, Goal, Section
 from sim.actors import Timings
 from sim.actors.capi import is_bound
 from sim.controlplane import ControlPlane, ProxyControl
-from sim.operator import OperatorProcess, install_operator, operator_identity
+from sim.operator import OperatorProcess, install_operator, metrics_reader, operator_identity
 from sim.vcsim import Vcsim
 from sim.world import World
 
@@ -469,6 +469,7 @@ async def stage(
     name: str,
     args: list[str],
     task_delays: dict[str, int] | None = None,
+    metrics: bool = False,
 ) -> Staged:
     """A world of its own, CAPI's binding held back, the Assisted Installer's polls
     calibrated, and the operator leading (leader election on, watching both namespaces,
@@ -505,6 +506,7 @@ async def stage(
             control_plane_namespace,
             *args,
             log_path=ctx.workdir / f"{name}.log",
+            metrics=await asyncio.to_thread(metrics_reader, cp) if metrics else None,
         )
     )
     await op.wait_ready(within=120)

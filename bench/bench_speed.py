@@ -40,7 +40,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from agentforge.api import kinds
+import psutil
+
+from agentforge.api import kinds, names
 from agentforge.settings import Settings
 from bench.bench_capacity import (
     GO_LOGINS_PER_VM,
@@ -58,7 +60,7 @@ from bench.bench_capacity import (
     stage,
 )
 from bench.harness import Context, Goal, Section
-from sim.operator import operator_identity
+from sim.operator import Sample, operator_identity
 from sim.vcsim import Vcsim
 from sim.world import World
 
@@ -140,6 +142,9 @@ class Outcome:
     load: tuple[str, str]
     up_timeline: str
     down_timeline: str
+    small_stages: str
+    cpu: str
+    waits: str
     notes: list[str]
 
 
@@ -160,15 +165,139 @@ def _load() -> str:
     return "n/a"
 
 
-async def _small_vm_running(world: World) -> bool:
-    vas = (await world.client.list(kinds.VSPHERE_AGENT, namespace=NAMESPACE)).items
+class SmallStages:
+    """When the small pool's VM was first seen at each step of its chain (polled)."""
+
+    def __init__(self, asked_at: float) -> None:
+        self._asked_at = asked_at
+        self.seen: dict[str, float] = {}
+
+    def note(self, stage: str) -> None:
+        self.seen.setdefault(stage, time.monotonic() - self._asked_at)
+
+    def __str__(self) -> str:
+        steps = sorted(self.seen.items(), key=lambda kv: kv[1])
+        return ", ".join(f"{stage} +{at:.1f} s" for stage, at in steps) or "nothing seen"
+
+
+async def _small_vm_running(world: World, stages: SmallStages) -> bool:
+    vas = (
+        await world.client.list(
+            kinds.VSPHERE_AGENT,
+            namespace=NAMESPACE,
+            label_selector=f"{names.LABEL_POOL}={SMALL}",  # (a cheap poll: one object)
+        )
+    ).items
     for va in vas:
         if (va["spec"].get("poolRef") or {}).get("name") != SMALL:
             continue
-        for c in (va.get("status") or {}).get("conditions") or []:
+        stages.note("VsphereAgent created")
+        status = va.get("status") or {}
+        creation = status.get("creation") or {}
+        if creation:
+            stages.note("creation checkpointed")
+        if creation.get("phase") == "CreateIssued" and creation.get("taskRef"):
+            stages.note("CreateVM started")
+        if creation.get("phase") == "PowerOnIssued" or (status.get("vm") or {}).get("biosUUID"):
+            stages.note("VM created")
+        for c in status.get("conditions") or []:
             if c.get("type") == "Ready" and c.get("status") == "True":
+                stages.note("VM running")
                 return True
     return False
+
+
+def _role(process: psutil.Process, *, operator: int) -> str:
+    """What a process is in the benchmark's world, for the CPU breakdown."""
+    if process.pid == operator:
+        return "operator"
+    if process.pid == os.getpid():
+        return "this benchmark (the simulated world's actors, the polls)"
+    cmdline = process.cmdline()
+    name = os.path.basename(cmdline[0]) if cmdline else process.name()
+    if "python" in name and "-m" in cmdline:
+        return f"python -m {cmdline[cmdline.index('-m') + 1]}"
+    return name
+
+
+class CpuUse:
+    """CPU seconds used over a span: by the operator, by every other process of the
+    benchmark's world (by role), and by the whole machine."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._started = time.monotonic()
+        self._before = self._per_process()
+        self._busy = self._busy_seconds()
+
+    def _per_process(self) -> dict[int, tuple[str, float]]:
+        found: dict[int, tuple[str, float]] = {}
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                t = process.cpu_times()
+                used = float(t.user + t.system)
+                found[process.pid] = (_role(process, operator=self._pid), used)
+        return found
+
+    @staticmethod
+    def _busy_seconds() -> float:
+        t = psutil.cpu_times()
+        return float(t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0))
+
+    def __str__(self) -> str:
+        wall = time.monotonic() - self._started
+        busy = self._busy_seconds() - self._busy
+        by_role: dict[str, float] = {}
+        for pid, (role, used) in self._per_process().items():
+            before = self._before.get(pid)
+            spent = used - (before[1] if before is not None and before[0] == role else 0.0)
+            if spent > 0.05:
+                by_role[role] = by_role.get(role, 0.0) + spent
+        cpus = os.cpu_count() or 1
+        roles = ", ".join(
+            f"{role} {spent:.1f}" for role, spent in sorted(by_role.items(), key=lambda kv: -kv[1])
+        )
+        return (
+            f"whole machine {busy:.1f} CPU s of {wall * cpus:.0f} available "
+            f"({busy / (wall * cpus):.0%} busy) over {wall:.0f} s; by process, CPU s: {roles}"
+        )
+
+
+def _waits(before: list[Sample], after: list[Sample]) -> str:
+    """Mean queue wait and work time per controller, and mean API request latency per
+    verb, over the span between two /metrics scrapes."""
+
+    def sums(samples: list[Sample], metric: str, label: str) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for name, labels, value in samples:
+            if name not in (f"{metric}_sum", f"{metric}_count"):
+                continue
+            key = labels.get(label, "")
+            total, count = out.get(key, (0.0, 0.0))
+            if name.endswith("_sum"):
+                total += value
+            else:
+                count += value
+            out[key] = (total, count)
+        return out
+
+    def means(metric: str, label: str, unit: float = 1000.0) -> str:
+        old, new = sums(before, metric, label), sums(after, metric, label)
+        parts = []
+        for key, (total, count) in sorted(new.items()):
+            was_total, was_count = old.get(key, (0.0, 0.0))
+            n = count - was_count
+            if n > 0:
+                parts.append(f"{key} {(total - was_total) / n * unit:.0f} ms x{n:.0f}")
+        return ", ".join(parts) or "none"
+
+    lag = max((v for n, _, v in after if n == "agent_forge_event_loop_lag_seconds"), default=0.0)
+    return (
+        f"queue wait per controller {means('workqueue_queue_duration_seconds', 'name')}; "
+        f"reconcile time {means('workqueue_work_duration_seconds', 'name')}; "
+        f"API request latency {means('agent_forge_kube_request_duration_seconds', 'verb')}; "
+        f"event loop lag at the end {lag * 1000:.0f} ms"
+    )
 
 
 async def _create_tasks(vcsim: Vcsim) -> int:
@@ -192,6 +321,7 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
             name=f"speed-{profile.name}",
             args=[],
             task_delays=dict(profile.task_ms),
+            metrics=True,
         )
         cp, vcsim, world, profile_q, op = (
             staged.cp, staged.vcsim, staged.world, staged.profile, staged.op
@@ -229,6 +359,8 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         load_before = _load()
         up_seq, up_t0 = await vcsim.control.last_seq(), datetime.now(UTC)
         start = await mark()
+        cpu = CpuUse(op.pid)
+        samples_before = await op.metrics()
         await asyncio.gather(*(world.nodepool(p).scale(REPLICAS) for p in pools))
         burst = min(CAP, vms)
         await _until(lambda: _ge(_create_tasks(vcsim), burst), within=600, every=0.2)
@@ -240,13 +372,18 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         ).items
         am_pools = {am["metadata"]["name"]: _nodepool_of(am) for am in ams}
         small_ams = {k: v for k, v in am_pools.items() if v == SMALL}
-        small_running = await _until(lambda: _small_vm_running(world), within=WITHIN)
+        stages = SmallStages(small_at)
+        small_running = await _until(
+            lambda: _small_vm_running(world, stages), within=WITHIN, every=0.2
+        )
         small_prepared = await _until(lambda: _ge(_prepared(world, small_ams), 1), within=WITHIN)
 
         async def all_prepared() -> bool:
             return await _prepared(world, am_pools) >= len(am_pools)
 
         up_done = await _until(all_prepared, within=WITHIN, every=1.0)
+        up_cpu = str(cpu)
+        waits = _waits(samples_before, await op.metrics())
         up = await mark()
         tasks = await _timeline(vcsim, up_seq, up_t0, ("CreateVM_Task", "PowerOnVM_Task"))
         done = f"; all prepared at +{up_done - start.at:.1f} s" if up_done is not None else ""
@@ -299,6 +436,9 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         load=(load_before, load_after),
         up_timeline=up_timeline,
         down_timeline=down_timeline,
+        small_stages=str(stages),
+        cpu=up_cpu,
+        waits=waits,
         notes=notes,
     )
 
@@ -390,7 +530,11 @@ def _report(section: Section, out: Outcome) -> None:
         f"{tag} scale-up API writes: {out.up_api.breakdown(WRITE_VERBS)} (counted until the "
         f"operator made no request for 5 s); 409 Conflicts: {_conflicts(out.up_api)}.",
         f"{tag} the small pool asked for its VM when {out.small_asked_after} create tasks "
-        f"had been started (the cap is {CAP}: a queue had formed).",
+        f"had been started (the cap is {CAP}: a queue had formed); its VsphereAgent as "
+        f"polled every 0.2 s, from the ask: {out.small_stages}.",
+        f"{tag} CPU during the scale-up (the NodePools' scale-up to all prepared): {out.cpu}.",
+        f"{tag} where the operator's time went during the scale-up (its /metrics, means): "
+        f"{out.waits}.",
         f"{tag} scale-down vSphere requests: {out.down_requests.breakdown()}; API writes "
         f"{out.down_api.breakdown(WRITE_VERBS)}.",
         f"{tag} load average (1, 5, 15 min) before the scale-up {out.load[0]}, after the "
