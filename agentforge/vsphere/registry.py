@@ -130,11 +130,12 @@ class SessionRegistry:
 
         return unsubscribe
 
-    def claim_task_slot(self, vcenter: str, *, group: str, token: str) -> Slot:
+    def claim_task_slot(self, vcenter: str, *, group: str, token: str, keep: bool = False) -> Slot:
         """A slot for one task on `vcenter`, or `errors.TaskSlotPending` (the token waits
-        its turn in `group`; `subscribe_tasks` listeners hear when it comes)."""
+        its turn in `group`; `subscribe_tasks` listeners hear when it comes). `keep`:
+        the slot is handed over to the token when its task ends (`TaskSlots`)."""
         slots = self.task_slots(vcenter)
-        slot = slots.claim(group=group, token=token)
+        slot = slots.claim(group=group, token=token, keep=keep)
         if slot is None:
             raise errors.TaskSlotPending(
                 f"{slots.in_flight} tasks in flight on vCenter {vcenter} (at most "
@@ -149,6 +150,11 @@ class SessionRegistry:
         """The token no longer waits for a task slot on any vCenter."""
         for slots in self._slots.values():
             slots.cancel(token)
+
+    def give_back_task_slot(self, token: str) -> None:
+        """A slot handed over to the token is not needed: the next in line gets it."""
+        for slots in self._slots.values():
+            slots.give_back(token)
 
     def task_slots(self, vcenter: str) -> TaskSlots:
         """The cap of one vCenter (made on first use)."""

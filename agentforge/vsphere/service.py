@@ -138,9 +138,9 @@ class VsphereService:
     # A controller claims a slot, starts the task, records the returned moref and
     # returns; the registry's `subscribe_tasks` listeners hear when the task ended.
 
-    def claim_task_slot(self, *, group: str, token: str) -> Slot:
+    def claim_task_slot(self, *, group: str, token: str, keep: bool = False) -> Slot:
         """A slot for one task, or `errors.TaskSlotPending` (see `task_slots`)."""
-        return self._registry.claim_task_slot(self.vcenter, group=group, token=token)
+        return self._registry.claim_task_slot(self.vcenter, group=group, token=token, keep=keep)
 
     async def start_create(self, *, request: provision.VmRequest, slot: Slot) -> provision.Started:
         return await provision.start(await self.session(), request, slot=slot)

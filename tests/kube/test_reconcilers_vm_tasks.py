@@ -291,6 +291,36 @@ async def test_a_pool_asking_for_one_vm_during_another_pools_burst_is_served_in_
     assert calls(await vcsim_control.counters(), "CreateVM_Task") == 7
 
 
+async def test_a_pool_with_nothing_in_flight_starts_before_any_task_of_a_full_cap_ends(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    slots = world.registry.task_slots(world.service.vcenter)
+    slots.cap, slots.headroom = 16, 1  # what a cap of 16 gets (cap // 16)
+    await vcsim_control.set_delay("CreateVM_Task", 20000, stage="task")
+    big = [f"big{i}" for i in range(17)]
+    async with world.run():
+        await pool_with_iso(world)
+        await pool_with_iso(world, "small")
+        for name in big:
+            await world.create_vsphere_agent(name)
+
+        async def burst_at_its_share() -> bool:
+            return calls(await vcsim_control.counters(), "CreateVM_Task") >= 15
+
+        await world.wait_for(
+            "the burst's creates to fill the cap but its headroom", burst_at_its_share
+        )
+        await world.create_vsphere_agent("one", pool="small")
+        await recorded(world, "one", "CreateIssued")  # its create started...
+        assert await world.vms() == []  # ...while every create of the burst still runs
+        assert calls(await vcsim_control.counters(), "CreateVM_Task") == 16
+        assert slots.in_flight == 16
+        await vcsim_control.set_delay("CreateVM_Task", 0, stage="task")
+        for name in [*big, "one"]:
+            await created(world, name)
+    assert slots.in_flight == 0
+
+
 async def small_started_within(world: World, check: Any) -> int:
     return int(await world.wait_for("the small pool's create to begin", check, deadline=60)) - 1
 

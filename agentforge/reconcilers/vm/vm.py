@@ -142,6 +142,8 @@ class VmReconciler:
             raise
         else:
             await writer.flush()  # one status write per pass where the steps allow
+        finally:
+            self.tasks.give_back(key)  # a slot handed over for a next task not started
         return result
 
     def bind(self, wrote: Callable[[ObjectKey, str], None]) -> None:

@@ -101,13 +101,16 @@ class VcenterHandle:
 
     def claim_slot(self, service: vsphere.VsphereService) -> vsphere.Slot | None:
         """A task slot on the pool's vCenter (raises `vsphere.TaskSlotPending`: the key
-        waits its pool's turn); None outside a controller."""
+        waits its pool's turn); None outside a controller. The slot is handed over to
+        this VsphereAgent when its task ends, for the VM's next task (the pass that
+        needs none gives it back: `TaskWaits.give_back`)."""
         if self.waits is None or self.key is None:
             return None
         assert self.pool is not None
         return service.claim_task_slot(
             group=f"{self.pool.metadata.namespace}/{self.pool.metadata.name}",
             token=self.waits.token(self.key),
+            keep=True,
         )
 
     def awaiting(self, service: vsphere.VsphereService, task: str) -> bool:

@@ -95,6 +95,11 @@ class TaskWaits:
                     del self._waiting[item]
         self._registry.cancel_task_slot(self.token(key))
 
+    def give_back(self, key: ObjectKey) -> None:
+        """A task slot handed over to `key` (its task ended) that its pass did not
+        claim goes to the next in line (`TaskSlots` hand-over)."""
+        self._registry.give_back_task_slot(self.token(key))
+
     def waiting(self, key: ObjectKey) -> bool:
         return key in self._of_key
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+from collections import Counter
 
-from agentforge.vsphere.task_slots import TaskSlots
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentforge.vsphere.task_slots import Slot, TaskSlots
 
 
 class Clock:
@@ -152,3 +156,140 @@ def test_releasing_twice_frees_one_slot() -> None:
 def test_a_cap_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         TaskSlots(cap=0)
+
+
+def test_a_kept_slot_goes_to_its_chains_next_task_before_anyone_in_line() -> None:
+    cap, granted = slots(1)
+    create = cap.claim(group="a", token="a1", keep=True)
+    assert create is not None
+    create.bind("create-1")
+    assert cap.claim(group="a", token="a2") is None  # queued creates of the same pool
+    assert cap.claim(group="b", token="b1") is None
+    cap.finished("create-1")
+    assert granted == []  # handed over: nobody in line is told
+    assert cap.claim(group="b", token="b1") is None
+    power_on = cap.claim(group="a", token="a1")  # the power-on, at once
+    assert power_on is not None
+    power_on.bind("power-on-1")
+    cap.finished("power-on-1")  # not kept: the next in line gets it
+    assert granted == ["a2"]
+    assert cap.in_flight == 0
+    assert cap.reserved == 1
+
+
+def test_a_handed_over_slot_not_needed_is_given_back_to_the_next_in_line() -> None:
+    cap, granted = slots(1)
+    create = cap.claim(group="a", token="a1", keep=True)
+    assert create is not None
+    create.bind("create-1")
+    cap.claim(group="b", token="b1")
+    cap.finished("create-1")
+    cap.give_back("b1")  # only a hand-over is given back: b1's place in line stays
+    assert cap.position("b1") == 0
+    cap.give_back("a1")  # the create failed: no power-on follows
+    assert granted == ["b1"]
+    assert cap.claim(group="b", token="b1") is not None
+    cap.give_back("a1")  # twice: nothing more happens
+    assert cap.in_flight == 1
+    assert cap.reserved == 0
+
+
+def test_a_hand_over_nobody_claims_lapses_to_the_next_in_line() -> None:
+    clock = Clock()
+    cap, granted = slots(1, clock)
+    create = cap.claim(group="a", token="a1", keep=True)
+    assert create is not None
+    create.bind("create-1")
+    cap.claim(group="b", token="b1")
+    cap.finished("create-1")
+    clock.now += 11.0
+    assert cap.claim(group="c", token="c1") is None  # the lapse is found out
+    assert granted == ["b1"]
+
+
+def test_a_kept_slot_released_before_its_task_started_frees_as_usual() -> None:
+    cap, granted = slots(1)
+    slot = cap.claim(group="a", token="a1", keep=True)
+    assert slot is not None
+    cap.claim(group="b", token="b1")
+    slot.release()  # the start failed
+    assert granted == ["b1"]
+
+
+def test_a_pool_with_nothing_in_flight_starts_at_once_while_bursts_fill_the_cap() -> None:
+    cap, granted = slots(32)  # headroom: 32 // 16 = 2 slots
+    assert cap.headroom == 2
+    burst = [cap.claim(group=f"p{i % 3}", token=f"b{i}") for i in range(40)]
+    assert sum(s is not None for s in burst) == 30  # the bursts stop short of the cap
+    small = cap.claim(group="small", token="s1")
+    assert small is not None  # no task had to end first
+    other = cap.claim(group="other", token="o1")
+    assert other is not None
+    assert cap.claim(group="third", token="t1") is None  # the headroom is used up
+    assert cap.in_flight == 32
+    assert granted == []
+
+
+def test_the_headroom_goes_to_a_waiting_pool_with_nothing_in_flight_first() -> None:
+    cap, granted = slots(16)  # headroom 1
+    held = [cap.claim(group="burst", token=f"b{i}") for i in range(15)]
+    assert all(s is not None for s in held)
+    assert cap.claim(group="burst", token="b15") is None  # only the headroom is left
+    assert cap.claim(group="small", token="s1") is not None
+    assert cap.claim(group="late", token="l1") is None  # cap reached: in line
+    first = held[0]
+    assert first is not None
+    first.release()  # one frees: 1 free, within the headroom
+    assert granted == ["l1"]  # the pool with nothing in flight, before the burst's b15
+    assert cap.claim(group="late", token="l1") is not None
+
+
+def test_below_a_cap_of_16_there_is_no_headroom() -> None:
+    cap, _granted = slots(15)
+    assert cap.headroom == 0
+    assert all(cap.claim(group="burst", token=f"b{i}") is not None for i in range(15))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cap=st.integers(min_value=1, max_value=40),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["claim", "keep", "end", "release", "give_back", "cancel", "wait"]),
+            st.integers(min_value=0, max_value=30),
+        ),
+        max_size=200,
+    ),
+)
+def test_the_cap_and_the_per_pool_counts_hold_whatever_happens(
+    cap: int, ops: list[tuple[str, int]]
+) -> None:
+    clock = Clock()
+    slots_, _granted = slots(cap, clock)
+    held: dict[str, Slot] = {}
+    tasks = 0
+    for op, n in ops:
+        token, group = f"t{n}", f"g{n % 4}"
+        if op in ("claim", "keep") and token not in held:
+            slot = slots_.claim(group=group, token=token, keep=op == "keep")
+            if slot is not None:
+                tasks += 1
+                slot.bind(f"task-{tasks}")
+                held[token] = slot
+        elif op == "end" and token in held:
+            task = held.pop(token).task
+            assert task is not None
+            slots_.finished(task)
+        elif op == "release" and token in held:
+            held.pop(token).release()
+        elif op == "give_back":
+            slots_.give_back(token)
+        elif op == "cancel" and token not in held:
+            slots_.cancel(token)
+        elif op == "wait":
+            clock.now += n
+        assert slots_.in_flight + slots_.reserved <= cap
+        assert slots_.in_flight == len(held)
+        counted = Counter(s.group for s in held.values())
+        counted.update(slots_._reserved_group.values())
+        assert +counted == +slots_._per_group
