@@ -84,6 +84,9 @@ async def operator(
         namespaces=(world.namespace, world.control_plane_namespace),
         log_path=tmp_path / "operator.log",
         metrics=metrics_reader,
+        extra_args=tuple(
+            str(arg) for m in request.node.iter_markers("operator_args") for arg in m.args
+        ),
     )
     request.node.stash[OPERATOR_KEY] = harness
     try:

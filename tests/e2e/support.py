@@ -112,9 +112,11 @@ class OperatorHarness:
         namespaces: tuple[str, ...],
         log_path: Path,
         metrics: MetricsReader | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespaces = namespaces
+        self.extra_args = extra_args
         self.log_path = log_path
         self.metrics = metrics
         self.runs = 0
@@ -124,7 +126,7 @@ class OperatorHarness:
         args = ["--max-concurrent-reconciles", "2"]
         for ns in self.namespaces:
             args += ["--namespace", ns]
-        return args
+        return [*args, *self.extra_args]
 
     async def start(self, *, within: float = 60.0) -> OperatorProcess:
         self.runs += 1
