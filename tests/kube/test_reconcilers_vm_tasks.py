@@ -296,7 +296,7 @@ async def test_a_pool_with_nothing_in_flight_starts_before_any_task_of_a_full_ca
 ) -> None:
     slots = world.registry.task_slots(world.service.vcenter)
     slots.cap, slots.headroom = 16, 1  # what a cap of 16 gets (cap // 16)
-    await vcsim_control.set_delay("CreateVM_Task", 20000, stage="task")
+    await vcsim_control.set_delay("CreateVM_Task", 30000, stage="task")
     big = [f"big{i}" for i in range(17)]
     async with world.run():
         await pool_with_iso(world)
