@@ -42,6 +42,8 @@ _ENUMS: Final[tuple[type[StrEnum], ...]] = (
     vsphereagent.CreationPhase,
     vsphereagent.ISOEjectionPhase,
 )
+_NOT_WRITTEN: Final[frozenset[StrEnum]] = frozenset({vsphereagent.CreationPhase.POWER_ON_ISSUED})
+"""Values earlier versions wrote that this version still reads but no longer writes."""
 
 
 def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
@@ -159,7 +161,10 @@ def _enum_section() -> list[str]:
         "",
     ]
     for enum in _ENUMS:
-        values = ", ".join(f"`{member.value}`" for member in enum)
+        values = ", ".join(
+            f"`{member.value}`" + (" (read, no longer written)" if member in _NOT_WRITTEN else "")
+            for member in enum
+        )
         lines += [f"- **{enum.__name__}**: {values}"]
     return [*lines, ""]
 

@@ -65,7 +65,9 @@ class CreationPhase(StrEnum):
     CREATED = "Created"
     """The VM exists and matches the record; not yet powered on."""
     POWER_ON_ISSUED = "PowerOnIssued"
-    """PowerOnVM_Task issued; next, record the BIOS UUID and MAC in `status.vm`."""
+    """PowerOnVM_Task issued, its moref and the VM's identity recorded. Written by earlier
+    versions only: this version no longer writes it (a power-on is idempotent; the VM's
+    power state tells after a restart) but still reads and resumes such a record."""
 
 
 class CreationRecord(KubeModel):
@@ -90,7 +92,8 @@ class CreationRecord(KubeModel):
     phase: OpenEnum[CreationPhase] = CreationPhase.RECORDED
     """The last step recorded before it was taken (values in `CreationPhase`). A restart
     resumes a record whatever its phase, known or not: vCenter is asked about the task and
-    the VM before anything is created."""
+    the VM before anything is created. `PowerOnIssued` (an earlier version's power-on, its
+    moref in `taskRef`) is resumed by that moref; this version no longer writes it."""
     task_ref: str | None = None
     """The managed object reference of the last issued vSphere task, once known."""
     started_at: Time

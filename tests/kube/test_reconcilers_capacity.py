@@ -43,14 +43,16 @@ VM_STATUS = f"{VSPHERE_AGENTS}/status"
 # 409s; VsphereAgent status 8, pool status 7-8, events 6):
 #   scaleup  AgentMachine pin, VsphereAgent create (with the vm controller's
 #            finalizer, so no patch adds it), 1 event                                3
-#   vm       checkpoint, create task ref, identity + Ready + ISOEjected
-#            in one status write, events VMCreating + VMCreated                      5
-#   pool     status.vm Provisioning and Available, the Agent patch, events Planned
+#   vm       checkpoint (with status.vm's first phase, Provisioning), create task
+#            ref, identity + Ready + ISOEjected in one status write (the power-on
+#            is not recorded: docs/design/0005), events VMCreating + VMCreated       5
+#   pool     status.vm Available, the Agent patch, events Planned
 #            (DemandDeficit) + AgentsPrepared; pool status: condition transitions
-#            at once, counts and ownedVMs at most every 10 s (status_pacing)      <= 11
-VM_STATUS_WRITES = 5
-"""status.vm by the pool: Provisioning, Available; by the vm controller: checkpoint,
-task ref, then identity + Ready + ISOEjected together (a 409 retry aside)."""
+#            at once, counts and ownedVMs at most every 10 s (status_pacing)      <= 10
+VM_STATUS_WRITES = 4
+"""By the vm controller: checkpoint (status.vm's first phase along), create task ref,
+then identity + Ready + ISOEjected together; by the pool: Available (a 409 retry
+aside)."""
 MAX_EVENTS = 5
 """One per fact: VsphereAgentCreated, VMCreating, VMCreated, Planned, AgentsPrepared."""
 MAX_WRITES_PER_VM = 20

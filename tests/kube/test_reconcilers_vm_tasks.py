@@ -13,6 +13,10 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
+from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm.vm_context import identity_edit
+from agentforge.vsphere import vms
+from sim.controlplane.control import ProxyControl
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import World
 
@@ -86,17 +90,28 @@ async def test_one_worker_starts_every_vms_create_before_the_first_create_ends(
 # --- resume points ----------------------------------------------------------------------
 
 
-async def test_a_power_on_recorded_and_finished_while_the_operator_was_down_is_read_by_ref(
+async def power_on_issued(vcsim_control: VcsimControl) -> bool:
+    """vcsim received a PowerOnVM_Task (the operator started the power-on)."""
+    return bool(await vcsim_control.request_log("PowerOnVM_Task"))
+
+
+async def test_a_power_on_started_and_finished_while_the_operator_was_down_is_read_from_the_vm(
     world: World, vcsim_control: VcsimControl
 ) -> None:
     await vcsim_control.set_delay("PowerOnVM_Task", 3000, stage="task")
     async with world.run():
         await pool_with_iso(world)
         await world.create_vsphere_agent("va1")
-        record = await recorded(world, "va1", "PowerOnIssued")
+        await world.wait_for(
+            "the operator issuing PowerOnVM_Task", lambda: power_on_issued(vcsim_control)
+        )
         await world.crash()
     va = await world.get(VA, "va1")
-    assert status_of(va)["vm"]["biosUUID"] == record["biosUUID"]  # recorded with the power-on
+    record = status_of(va)["creation"]
+    # The power-on is not recorded: the record still names the create, no identity yet.
+    assert record["phase"] == "CreateIssued"
+    assert record["taskRef"]
+    assert "biosUUID" not in status_of(va)["vm"]
 
     async def powered_on() -> bool:
         vm = await vm_of(world, record["biosUUID"])
@@ -108,9 +123,82 @@ async def test_a_power_on_recorded_and_finished_while_the_operator_was_down_is_r
         va = await created(world, "va1")
     assert "creation" not in status_of(va)
     counters = await vcsim_control.counters()
-    assert calls(counters, "PowerOnVM_Task") == 0  # read by its ref, not issued again
+    assert calls(counters, "PowerOnVM_Task") == 0  # the VM runs: read, not powered on again
     assert calls(counters, "CreateVM_Task") == 0
-    assert [v.bios_uuid for v in await world.vms()] == [record["biosUUID"]]
+    vms = await world.vms()
+    assert [v.bios_uuid for v in vms] == [record["biosUUID"]]
+    recorded_vm = status_of(va)["vm"]
+    assert recorded_vm["biosUUID"] == record["biosUUID"]  # the identity, from the lookup
+    assert recorded_vm["moRef"] == vms[0].moid
+    assert recorded_vm["macAddress"]
+
+
+async def created_while_down(world: World, vcsim_control: VcsimControl) -> dict[str, Any]:
+    """va1's CreateVM_Task is recorded, the operator crashes, the create ends (the VM is
+    there, powered off); returns the record."""
+    await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
+    async with world.run():
+        await pool_with_iso(world)
+        await world.create_vsphere_agent("va1")
+        record = await recorded(world, "va1", "CreateIssued")
+        await world.crash()
+
+    async def vm_there() -> bool:
+        return await vm_of(world, record["biosUUID"]) is not None
+
+    await world.wait_for("the CreateVM_Task to end while the operator is down", vm_there)
+    await vcsim_control.clear_delays()
+    return record
+
+
+async def as_the_previous_version(
+    world: World, record: dict[str, Any], *, task_ref: str | None = None
+) -> str:
+    """Do what the previous version did once the create ended: start `PowerOnVM_Task` and
+    record it with the VM's identity (phase PowerOnIssued). `task_ref` overrides the moref
+    written (a task vCenter never knew). Returns the power-on's moref."""
+    vm = await vm_of(world, record["biosUUID"])
+    assert vm is not None
+    session = await world.service.session()
+    task = await session.call(
+        vms.ref_of(session, vm.moid).PowerOnVM_Task, subject=vm.name, action="power on"
+    )
+    started: str = task._moId
+    write_identity = identity_edit(name=vm.name, vm=vm)
+
+    def issued(obj: dict[str, Any]) -> dict[str, Any]:
+        write_identity(obj)
+        creation = obj["status"]["creation"]
+        creation["phase"] = "PowerOnIssued"
+        creation["taskRef"] = task_ref or started
+        return obj
+
+    await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=issued)
+    return started
+
+
+async def test_a_power_on_the_previous_version_recorded_is_resumed_by_its_ref(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    # An upgrade while a power-on is in flight: the record says PowerOnIssued with the
+    # power-on's moref and the VM's identity; the new version waits for that task and
+    # finishes without a power-on of its own.
+    record = await created_while_down(world, vcsim_control)
+    await vcsim_control.set_delay("PowerOnVM_Task", 2000, stage="task")
+    power_on = await as_the_previous_version(world, record)
+    await vcsim_control.reset_counters()
+    async with world.run():
+        va = await created(world, "va1")
+    assert "creation" not in status_of(va)
+    counters = await vcsim_control.counters()
+    assert calls(counters, "PowerOnVM_Task") == 0  # the recorded one, waited for
+    assert calls(counters, "CreateVM_Task") == 0
+    vms = await world.vms()
+    assert [(v.bios_uuid, v.power_state) for v in vms] == [
+        (record["biosUUID"], vsphere.PowerState.ON)
+    ]
+    assert status_of(va)["vm"]["biosUUID"] == record["biosUUID"]
+    assert (await world.service.task(task_ref=power_on)).state is vsphere.TaskState.SUCCESS
 
 
 async def test_a_failed_power_on_is_reported_once_then_started_again_on_the_same_vm(
@@ -138,27 +226,24 @@ async def test_a_failed_power_on_is_reported_once_then_started_again_on_the_same
 async def test_a_task_vcenter_forgot_is_not_trusted_the_vm_decides(
     world: World, vcsim_control: VcsimControl, phase: str
 ) -> None:
-    method = "CreateVM_Task" if phase == "CreateIssued" else "PowerOnVM_Task"
-    await vcsim_control.set_delay(method, 3000, stage="task")
-    async with world.run():
-        await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-        record = await recorded(world, "va1", phase)
-        await world.crash()
+    # CreateIssued: this version's record of the create; PowerOnIssued: the previous
+    # version's record of a power-on (with the identity), read after an upgrade.
+    record = await created_while_down(world, vcsim_control)
+    if phase == "PowerOnIssued":
+        await as_the_previous_version(world, record, task_ref="task-999999")
 
-    async def task_ended() -> bool:
-        vm = await vm_of(world, record["biosUUID"])
-        return vm is not None and (
-            phase == "CreateIssued" or vm.power_state is vsphere.PowerState.ON
-        )
+        async def powered_on() -> bool:
+            vm = await vm_of(world, record["biosUUID"])
+            return vm is not None and vm.power_state is vsphere.PowerState.ON
 
-    await world.wait_for(f"the {method} to end while the operator is down", task_ended)
+        await world.wait_for("the previous version's power-on to end", powered_on)
+    else:
 
-    def forget(obj: dict[str, Any]) -> dict[str, Any]:
-        obj["status"]["creation"]["taskRef"] = "task-999999"  # vCenter never knew it
-        return obj
+        def forget(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["status"]["creation"]["taskRef"] = "task-999999"  # vCenter never knew it
+            return obj
 
-    await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=forget)
+        await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=forget)
     async with world.run():
         va = await created(world, "va1")
     vms = await world.vms()
@@ -166,7 +251,34 @@ async def test_a_task_vcenter_forgot_is_not_trusted_the_vm_decides(
         (record["biosUUID"], vsphere.PowerState.ON)
     ]
     assert status_of(va)["vm"]["biosUUID"] == record["biosUUID"]
-    assert calls(await vcsim_control.counters(), "CreateVM_Task") == 1
+    counters = await vcsim_control.counters()
+    assert calls(counters, "CreateVM_Task") == 1
+    assert calls(counters, "PowerOnVM_Task") == 1  # the operator's, or the previous version's
+
+
+async def test_the_vm_controller_writes_a_created_vms_status_three_times(
+    world: World, proxy: ProxyControl
+) -> None:
+    # The checkpoint (read back before CreateVM_Task), the create's moref, and the
+    # identity with the record cleared and Ready=True. The power-on is not recorded.
+    async with world.run() as controllers:
+        vm_ctrl = next(c for c in controllers if c.name == vm.CONTROLLER_NAME)
+        await pool_with_iso(world)
+        await proxy.reset_counts()
+        await world.create_vsphere_agent("va1")
+        await created(world, "va1")
+        await world.settled(VA, "va1", vm_ctrl)  # nothing left for the vm controller
+        rows = await proxy.count_rows()
+    status_writes = [
+        r
+        for r in rows
+        if r.verb == "update"
+        and r.resource == f"{VA.plural}.{names.GROUP}/status"
+        and r.namespace == world.namespace
+    ]
+    stored = sum(r.count for r in status_writes if r.status < 400)
+    refused = sum(r.count for r in status_writes if r.status >= 400)
+    assert (stored, refused) == (3, 0)
 
 
 # --- deletion ---------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from agentforge.reconcilers.planning import phases
 from agentforge.reconcilers.vm.vm_spread import SpreadLedger
 
 if TYPE_CHECKING:
-    from agentforge.reconcilers.waits.task_waits import TaskWaits
+    from agentforge.reconcilers.waits.task_waits import Noted, TaskWaits
 
 JsonObj = dict[str, Any]
 Edit = Callable[[JsonObj], None]
@@ -119,6 +119,28 @@ class VcenterHandle:
         if self.waits is None or self.key is None:
             return False
         return self.waits.awaiting(self.key, vcenter=service.vcenter, task=task)
+
+    def note(
+        self,
+        service: vsphere.VsphereService,
+        purpose: str,
+        *,
+        task: str,
+        about: str = "",
+        vm: vsphere.VmFacts | None = None,
+    ) -> None:
+        """Remember for this key's next pass a task no status field records (nothing
+        outside a controller)."""
+        if self.waits is not None and self.key is not None:
+            self.waits.note(
+                self.key, purpose, vcenter=service.vcenter, task=task, about=about, vm=vm
+            )
+
+    def take_note(self, service: vsphere.VsphereService, purpose: str) -> Noted | None:
+        """The task noted for `purpose` on this vCenter, forgotten now (read once)."""
+        if self.waits is None or self.key is None:
+            return None
+        return self.waits.take(self.key, purpose, vcenter=service.vcenter)
 
     def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
         """End the pass: reconciled again when `task` (recorded in status) ends."""

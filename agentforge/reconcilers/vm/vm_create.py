@@ -22,30 +22,44 @@ pass reads the outcome from vCenter by the recorded moref. No worker waits on a 
    our own VM already holds is taken over: step 5 at once.)
 5. Woken, the pass reads the recorded task and looks the VM up (`vm_lookup.look_up`,
    `vm_decide.resume`): still running -> nothing; our VM, not running -> tags, then
-   `PowerOnVM_Task` started, recorded with the VM's identity (phase `PowerOnIssued`,
-   `taskRef` the power-on), the pass ends; our VM running -> step 6; absent after a
-   failed task -> `VMCreateFailed` (the failed task's ref is dropped, `attempts`
-   counted) and created again after the queue's backoff; someone else's ->
-   `VMNameConflict`, nothing touched.
-6. The power-on ended: the record is cleared and Ready=True, in one write (the
-   identity was recorded in step 5).
+   `PowerOnVM_Task` started and *not* recorded: the power-on is idempotent, so no
+   status write guards it; its moref, the record's BIOS UUID and the VM's facts are
+   noted in the controller's `TaskWaits` (in memory) and the pass ends; our VM running
+   -> step 6; absent after a failed task -> `VMCreateFailed` (the failed task's ref is
+   dropped, `attempts` counted) and created again after the queue's backoff; someone
+   else's -> `VMNameConflict`, nothing touched.
+6. Woken by the power-on's end, the pass reads the noted task once
+   (`vm_decide.power_on_ended`): succeeded -> the VM's identity (as noted), the record
+   cleared and Ready=True, in one write; failed -> `VMCreateFailed` once, and after
+   the queue's backoff the VM (kept) is looked up and powered on again; refused as
+   already on or busy (`InvalidState`, `TaskInProgress`) or forgotten by vCenter ->
+   the VM decides as in step 5 (running -> this step's write; still off -> powered on
+   again after the backoff). Three status writes per created VM: the checkpoint, the
+   create's moref, this one.
 
 A restart resumes from the record whatever its phase: the recorded task is asked
 about first (running -> wait for it), then the VM by the task's result or the
 recorded UUID, then by name in the recorded folder; absent by every key -> create,
 unless a `CreateVM_Task` still runs in the folder (then wait: it may be ours, a
-start whose moref was never recorded). A VM whose power-on vCenter refused stays
-recorded and powered off; its power-on is retried with backoff (it goes with its
-VsphereAgent). Waiting is no failure: Ready=False `VMCreating`.
+start whose moref was never recorded). A power-on started before a crash is not in
+the record (phase `CreateIssued`, the create's moref): the VM's power state tells
+(running -> step 6 with the VM as looked up; off -> powered on again, which a power-on
+still in flight answers with `InvalidPowerState` or `TaskInProgress`, read as above).
+A record in phase `PowerOnIssued` (written by an earlier version, with the power-on's
+moref and the identity) is still read and resumed by that moref; this version writes
+none. A VM whose power-on vCenter refused stays recorded and powered off; its power-on
+is retried with backoff (it goes with its VsphereAgent). Waiting is no failure:
+Ready=False `VMCreating`.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from agentforge import vsphere
+from agentforge import identity, vsphere
 from agentforge.api import kinds
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
@@ -69,6 +83,9 @@ from agentforge.reconcilers.vm.vm_context import (
 )
 from agentforge.vsphere import metrics as vmetrics
 
+if TYPE_CHECKING:
+    from agentforge.reconcilers.waits.task_waits import Noted
+
 __all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "vm_name"]
 
 log = logging.getLogger(__name__)
@@ -77,6 +94,16 @@ R = VsphereAgentReason
 P = CreationPhase
 IN_FLIGHT_RECHECK_S: Final = 2.0
 """How soon a creation waiting for an unrecorded create in the folder is decided again."""
+POWER_ON: Final = "power-on"
+"""The `TaskWaits` note of a started power-on (no status field records it)."""
+
+
+class _LookUp(enum.Enum):
+    LOOK_UP = "look up"
+
+
+_LOOK_UP: Final = _LookUp.LOOK_UP
+"""A noted power-on's outcome leaves the decision to the VM (`vm_lookup.look_up`)."""
 
 
 def vm_name(inputs: VmInputs) -> str:
@@ -123,6 +150,13 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
         return Result(requeue=isinstance(exc, CredentialsError))
     if record is None:
         return await _begin(inputs, writer, service)
+    refused = False
+    noted = _power_on_noted(inputs, service, record)
+    if noted is not None:
+        ended = await _power_on_ended(inputs, writer, service, record, noted)
+        if not isinstance(ended, _LookUp):
+            return ended
+        refused = True
     try:
         task, plan = await vm_lookup.look_up(service, inputs, record)
     except vsphere.VsphereError as exc:
@@ -142,7 +176,13 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
         task.error if task else None, vsphere.AlreadyExists
     )
     if task is not None and task.error is not None and not taken_by_us:
-        return await _task_failed(writer, record, task)
+        # (the recorded task: a create, or an earlier version's recorded power-on)
+        doing = "powering on" if record.phase == P.POWER_ON_ISSUED else "creating"
+        return await _task_failed(writer, record, task, doing=doing)
+    if refused and plan.step is vm_decide.ResumeStep.FINISH:
+        # Our power-on did not succeed (refused as busy or "already on", or forgotten)
+        # and the VM is still off: powered on again after the queue's backoff, not at once.
+        return Result(requeue=True)
     if plan.step is vm_decide.ResumeStep.CREATE:
         if record.failure_domain and vm_spread.domain_of(pool, record.failure_domain) is None:
             await _failed(writer, vm_lookup.domain_gone(inputs, record), record=record)
@@ -222,7 +262,7 @@ async def _start(
     if started.existing is not None:  # our own VM holds the name: take it over
         return await _converge(inputs, writer, service, record, request, vm=started.existing)
     assert started.task is not None
-    await _record_task(inputs, writer, record, P.CREATE_ISSUED, started.task)
+    await _record_task(inputs, writer, record, started.task)
     return inputs.vcenter.wait_task(service, started.task)
 
 
@@ -235,7 +275,7 @@ async def _converge(
     *,
     vm: vsphere.VmFacts,
 ) -> Result | None:
-    """Our VM exists: tags, then power on started and recorded with its identity."""
+    """Our VM exists: tags, then the power-on started and noted (no status write)."""
     slot = inputs.vcenter.claim_slot(service)
     assert slot is not None, "a VM is powered on by the vm controller only"
     try:
@@ -245,8 +285,61 @@ async def _converge(
         return Result(requeue=True)
     if task is None:  # it runs already
         return await _done(inputs, writer, record, vm)
-    await _record_task(inputs, writer, record, P.POWER_ON_ISSUED, task, vm=vm)
+    # No status write: a power-on is idempotent and the VM's power state says after a
+    # crash whether it happened. The next pass reads its outcome from this note.
+    inputs.vcenter.note(service, POWER_ON, task=task, about=record.bios_uuid, vm=vm)
     return inputs.vcenter.wait_task(service, task)
+
+
+def _power_on_noted(
+    inputs: VmInputs, service: vsphere.VsphereService, record: CreationRecord
+) -> Noted | None:
+    """The power-on this process started for this very record (read once)."""
+    noted = inputs.vcenter.take_note(service, POWER_ON)
+    if noted is None or noted.vm is None:
+        return None
+    if identity.normalize_uuid(noted.about) != identity.normalize_uuid(record.bios_uuid):
+        return None  # another record's (a VsphereAgent made anew under the same name)
+    return noted
+
+
+async def _power_on_ended(
+    inputs: VmInputs,
+    writer: StatusWriter,
+    service: vsphere.VsphereService,
+    record: CreationRecord,
+    noted: Noted,
+) -> Result | _LookUp | None:
+    """The noted power-on's outcome: wait, done, failed, or `_LOOK_UP` (the VM decides)."""
+    assert noted.vm is not None
+    if inputs.vcenter.awaiting(service, noted.task):  # woken by something else
+        inputs.vcenter.note(service, POWER_ON, task=noted.task, about=noted.about, vm=noted.vm)
+        return inputs.vcenter.wait_task(service, noted.task)
+    try:
+        task: vsphere.TaskFacts | None = await service.task(task_ref=noted.task)
+    except vsphere.NotFound:
+        task = None  # forgotten by vCenter: never success nor absence, the VM decides
+    except vsphere.VsphereError as exc:  # the lookup asks vCenter next, and reports
+        log.info("%s: reading power-on task %s failed: %s", inputs.where, noted.task, exc)
+        return _LOOK_UP
+    end = vm_decide.power_on_ended(task)
+    if end is vm_decide.PowerOnEnd.WAIT:  # (ended news lost: follow it again)
+        inputs.vcenter.note(service, POWER_ON, task=noted.task, about=noted.about, vm=noted.vm)
+        await service.follow_task(task_ref=noted.task)
+        return inputs.vcenter.wait_task(service, noted.task)
+    if end is vm_decide.PowerOnEnd.DONE:
+        return await _done(inputs, writer, record, noted.vm)
+    if end is vm_decide.PowerOnEnd.FAILED:
+        assert task is not None
+        return await _task_failed(writer, record, task, doing="powering on")
+    log.info(
+        "%s: power-on task %s of VM %s: %s; the VM decides",
+        inputs.where,
+        noted.task,
+        record.vm_name,
+        task.error if task is not None else "vCenter no longer knows it",
+    )
+    return _LOOK_UP
 
 
 async def _done(
@@ -327,26 +420,19 @@ def _checkpoint(record: CreationRecord) -> Edit:
 
 
 async def _record_task(
-    inputs: VmInputs,
-    writer: StatusWriter,
-    record: CreationRecord,
-    phase: CreationPhase,
-    moid: str,
-    *,
-    vm: vsphere.VmFacts | None = None,
+    inputs: VmInputs, writer: StatusWriter, record: CreationRecord, moid: str
 ) -> None:
-    """Checkpoint the started task's moref (and, for a power-on, the VM's identity)
-    into this very record, with what the pass has pending."""
+    """Checkpoint the started create's moref into this very record (phase
+    `CreateIssued`), with what the pass has pending."""
 
     def edit(obj: JsonObj) -> None:
         creation = obj["status"].get("creation")
         if creation and creation.get("biosUUID") == record.bios_uuid:
-            creation["phase"] = phase.value
+            creation["phase"] = P.CREATE_ISSUED.value
             creation["taskRef"] = moid  # only into this very record, never another one
 
-    edits = [edit] if vm is None else [identity_edit(name=vm.name, vm=vm), edit]
     try:
-        await writer.write(*edits)
+        await writer.write(edit)
     except kerrors.KubeError as exc:  # the ref speeds recovery up: the lookups still work
         log.warning(
             "%s: recording task %s of VM %s failed (the VM is looked up by BIOS UUID and "
@@ -396,16 +482,16 @@ async def _conflict(
 
 
 async def _task_failed(
-    writer: StatusWriter, record: CreationRecord, task: vsphere.TaskFacts
+    writer: StatusWriter, record: CreationRecord, task: vsphere.TaskFacts, *, doing: str
 ) -> Result:
-    """The recorded task failed and nothing runs: report it once (the task's ref goes
-    with the report) and try again after the queue's backoff."""
-    doing = "powering on" if record.phase == P.POWER_ON_ISSUED else "creating"
+    """A task of the creation (`doing`: "creating", "powering on") failed and nothing
+    runs: report it once (a recorded task's ref goes with the report; a noted power-on
+    was forgotten when read) and try again after the queue's backoff."""
     vmetrics.vm_op("create", vmetrics.result_of(task.error))
     message = f"{doing} VM {record.vm_name} failed: {task.error}"
     edits = [
         writer.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message),
-        _failed_attempt_edit(record, drop_task=True),
+        _failed_attempt_edit(record, drop_task=task.moid == record.task_ref),
     ]
     await writer.write(*edits)
     await writer.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)

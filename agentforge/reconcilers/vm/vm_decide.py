@@ -8,16 +8,21 @@ The rules (docs/design/0002, "VM lifecycle"):
   recorded (an adopted VM, or one the Go operator made); anything else is not ours
   and nothing destructive or overwriting happens to it;
 * with a creation record (the pass after a task ended, or a restart), vCenter is
-  first asked about the recorded task (the create, or the power-on): still running
-  -> wait for it (the pass ends; the task's end wakes the VsphereAgent), nothing else. Then
-  the VM is looked up
-  by the task's result (or the recorded BIOS UUID), then by name in the recorded
-  folder; ours and running -> record it, ours but not finished (powered off) ->
+  first asked about the recorded task (the create; a power-on only in a record an
+  earlier version wrote, phase `PowerOnIssued`): still running -> wait for it (the
+  pass ends; the task's end wakes the VsphereAgent), nothing else. Then the VM is
+  looked up by the task's result (or the recorded BIOS UUID), then by name in the
+  recorded folder; ours and running -> record it, ours but not finished (powered off) ->
   finish it through the idempotent create, anything else -> a name conflict, left
   alone. Absent by every key -> create, but only when no `CreateVM_Task` runs in the
   folder: vCenter does not say which name such a task creates, and it may be ours (a
   start whose reference was never recorded, or a task vCenter has since forgotten,
   which is never read as "absent" by itself);
+* a power-on this process started and noted (no status field records it,
+  `power_on_ended`): succeeded -> record the VM as read before it; refused as already
+  done or busy (`InvalidState`, a transient fault such as `TaskInProgress`) or
+  forgotten by vCenter -> the VM decides, as above; any other fault -> reported, and
+  powered on again after the backoff;
 * an adopted VM is stamped only when its name and BIOS UUID match the record.
 """
 
@@ -36,10 +41,12 @@ __all__ = [
     "AdoptStep",
     "Adoption",
     "Ownership",
+    "PowerOnEnd",
     "Resume",
     "ResumeStep",
     "adoption",
     "ownership",
+    "power_on_ended",
     "record_markers",
     "recorded_identity",
     "resume",
@@ -136,6 +143,35 @@ def resume(
             f"still run in folder {record.folder}",
         )
     return Resume(ResumeStep.CREATE, why=f"{told}; no VM {record.vm_name} by UUID or name")
+
+
+class PowerOnEnd(StrEnum):
+    WAIT = "wait"
+    """Still running: its end wakes the VsphereAgent."""
+    DONE = "done"
+    """Succeeded: the VM runs; record it."""
+    LOOK_UP = "look up"
+    """Refused as already on or busy, or forgotten by vCenter: the VM decides."""
+    FAILED = "failed"
+    """Failed: report it once; the VM is powered on again after the backoff."""
+
+
+def power_on_ended(task: vsphere.TaskFacts | None) -> PowerOnEnd:
+    """What a noted power-on's outcome means (`task` None: vCenter forgot it).
+
+    `InvalidState` (`InvalidPowerState`) is what vCenter answers a power-on of a VM that
+    runs already; a transient fault (`TaskInProgress`) one that another task holds. Both
+    leave a VM whose power state says what is next, as does a forgotten task.
+    """
+    if task is None:
+        return PowerOnEnd.LOOK_UP
+    if task.running:
+        return PowerOnEnd.WAIT
+    if task.error is None:
+        return PowerOnEnd.DONE if task.state is vsphere.TaskState.SUCCESS else PowerOnEnd.LOOK_UP
+    if isinstance(task.error, (vsphere.InvalidState, vsphere.TransientError)):
+        return PowerOnEnd.LOOK_UP
+    return PowerOnEnd.FAILED
 
 
 def _task_kind(record: CreationRecord) -> str:

@@ -4,11 +4,14 @@
 one (`vm_create`) and the deleting one (`vm_delete`, which must not delete while a
 create may still make the VM): the recorded task is asked about by its moref (a task
 this process follows and that has not ended needs no request: its end wakes the
-VsphereAgent); while it runs nothing else is asked. A power-on vCenter reports
-successful, with the VM's identity recorded along with it, needs no lookup either.
-Otherwise the VM is looked up by the task's result or the recorded BIOS UUID, then
-by name in the recorded folder, and, when absent by every key, the `CreateVM_Task`s
-still running in that folder are listed (`vm_decide.resume` decides from all that).
+VsphereAgent); while it runs nothing else is asked. The recorded task is the create:
+this version notes a power-on in memory, not in status (`vm_create` steps 5-6), and
+after a crash the VM's power state tells. A record in phase `PowerOnIssued` (written
+by an earlier version, with the VM's identity) whose power-on vCenter reports
+successful needs no lookup either. Otherwise the VM is looked up by the task's result
+or the recorded BIOS UUID, then by name in the recorded folder, and, when absent by
+every key, the `CreateVM_Task`s still running in that folder are listed
+(`vm_decide.resume` decides from all that).
 """
 
 from __future__ import annotations
@@ -80,8 +83,8 @@ async def look_up(
         and record.phase == P.POWER_ON_ISSUED
         and _identity_recorded(inputs, record)
     ):
-        # vCenter says the recorded power-on succeeded: the VM runs, and its identity
-        # was recorded with the power-on; no lookup needed.
+        # vCenter says the recorded power-on (an earlier version's record) succeeded: the
+        # VM runs, and its identity was recorded with the power-on; no lookup needed.
         return task, vm_decide.Resume(vm_decide.ResumeStep.RECORD)
     by_uuid = None
     if task is not None and task.result_moid:

@@ -8,26 +8,28 @@ reports every followed task that ended and every slot reserved for a waiting key
 enqueued at once, as `login_waits` does for logins. The next reconcile reads the
 task's outcome from vCenter by the recorded moref, or claims its reserved slot.
 
-A task whose reference no status field records (adoption's marker stamp) is noted here
-instead (`note`), so the next pass still reads its outcome; after a restart the VM's
-markers tell. A report that arrives before the key registered (the task ended while
-its reference was being written) is remembered for a while, so registering then wakes
-the key at once. A requeue after `TASK_RECHECK_S` / `SLOT_RECHECK_S` is the fallback
-should a report be lost; a deleted object's reservation and place in line are given up
-(`forget`).
+A task whose reference no status field records (adoption's marker stamp, a created VM's
+power-on) is noted here instead (`note`, with what the next pass needs to finish: which
+creation it belongs to and the VM as read before it started), so the next pass still
+reads its outcome; after a restart the VM tells (its markers, its power state). A
+report that arrives before the key registered (the task ended while its reference was
+being written) is remembered for a while, so registering then wakes the key at once. A
+requeue after `TASK_RECHECK_S` / `SLOT_RECHECK_S` is the fallback should a report be
+lost; a deleted object's reservation, place in line and notes are given up (`forget`).
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from agentforge import vsphere
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
 
-__all__ = ["SLOT_RECHECK_S", "TASK_RECHECK_S", "TaskWaits"]
+__all__ = ["SLOT_RECHECK_S", "TASK_RECHECK_S", "Noted", "TaskWaits"]
 
 TASK_RECHECK_S: Final = 300.0
 """A key waiting for a task looks again after this long even without news."""
@@ -40,6 +42,21 @@ Enqueue = Callable[[ObjectKey], None]
 _Task = tuple[str, str]  # (vCenter, task moref)
 
 
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """A task no status field records, as the key's pass that started it noted it."""
+
+    vcenter: str
+    task: str
+    """The task's moref."""
+    about: str = ""
+    """What it was started for, as the noting code tells its tasks apart (a power-on:
+    the BIOS UUID of the creation record it belongs to)."""
+    vm: vsphere.VmFacts | None = None
+    """The VM as read before the task started (a power-on: the identity to record once
+    it succeeded)."""
+
+
 class TaskWaits:
     def __init__(self, registry: vsphere.SessionRegistry, *, controller: str) -> None:
         self._registry = registry
@@ -47,7 +64,7 @@ class TaskWaits:
         self._waiting: dict[_Task, set[ObjectKey]] = {}
         self._of_key: dict[ObjectKey, set[_Task]] = {}
         self._ended: collections.OrderedDict[_Task, None] = collections.OrderedDict()
-        self._noted: dict[tuple[ObjectKey, str], _Task] = {}
+        self._noted: dict[tuple[ObjectKey, str], Noted] = {}
         self._enqueue: Enqueue | None = None
         self.unsubscribe = registry.subscribe_tasks(self._told)
 
@@ -73,15 +90,30 @@ class TaskWaits:
         """`key` waits for a task slot (it is in line already); the result to return."""
         return Result(requeue_after=SLOT_RECHECK_S)
 
-    def note(self, key: ObjectKey, purpose: str, *, vcenter: str, task: str) -> None:
+    def note(
+        self,
+        key: ObjectKey,
+        purpose: str,
+        *,
+        vcenter: str,
+        task: str,
+        about: str = "",
+        vm: vsphere.VmFacts | None = None,
+    ) -> None:
         """Remember the task `key` started for `purpose` when no status field records
-        it (a marker stamp): the next pass asks vCenter how it ended."""
-        self._noted[(key, purpose)] = (vcenter, task)
+        it (a marker stamp, a power-on): the next pass asks vCenter how it ended."""
+        self._noted[(key, purpose)] = Noted(vcenter=vcenter, task=task, about=about, vm=vm)
 
     def noted(self, key: ObjectKey, purpose: str, *, vcenter: str) -> str | None:
         """The task noted for `purpose`, and forget it (its outcome is read once)."""
+        item = self.take(key, purpose, vcenter=vcenter)
+        return item.task if item is not None else None
+
+    def take(self, key: ObjectKey, purpose: str, *, vcenter: str) -> Noted | None:
+        """The note for `purpose` (on `vcenter`; one about another vCenter is dropped),
+        and forget it (its outcome is read once)."""
         item = self._noted.pop((key, purpose), None)
-        return item[1] if item is not None and item[0] == vcenter else None
+        return item if item is not None and item.vcenter == vcenter else None
 
     def forget(self, key: ObjectKey) -> None:
         """`key` waits for nothing any more (its object is gone)."""

@@ -7,7 +7,12 @@ import pytest
 from agentforge import vsphere
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.waits.task_waits import SLOT_RECHECK_S, TASK_RECHECK_S, TaskWaits
+from agentforge.reconcilers.waits.task_waits import (
+    SLOT_RECHECK_S,
+    TASK_RECHECK_S,
+    Noted,
+    TaskWaits,
+)
 
 VC = "vc.example.test:443"
 KEY = ObjectKey("ns/va1")
@@ -71,3 +76,35 @@ def test_a_forgotten_key_gives_its_turn_away() -> None:
     registry._task_ended(VC, "task-1")
     assert woken == []
     assert registry.task_slots(VC).waiting == 0
+
+
+def test_a_noted_task_carries_what_its_next_pass_needs_and_is_read_once() -> None:
+    _registry, tasks, _woken = waits()
+    vm = vsphere.VmFacts(
+        moid="vm-1",
+        name="w-1",
+        bios_uuid="4211aa00-1111-2222-3333-444455556666",
+        instance_uuid=None,
+        primary_mac="00:50:56:00:00:01",
+        macs=("00:50:56:00:00:01",),
+        power_state=vsphere.PowerState.OFF,
+        markers={},
+        cdroms=(),
+        question=None,
+    )
+    tasks.note(KEY, "power-on", vcenter=VC, task="task-1", about="uuid-1", vm=vm)
+    tasks.note(KEY, "stamp", vcenter=VC, task="task-2")
+    noted = tasks.take(KEY, "power-on", vcenter=VC)
+    assert noted == Noted(vcenter=VC, task="task-1", about="uuid-1", vm=vm)
+    assert tasks.take(KEY, "power-on", vcenter=VC) is None  # read once
+    assert tasks.noted(KEY, "stamp", vcenter=VC) == "task-2"  # the other purpose kept
+
+
+def test_a_note_about_another_vcenter_is_dropped_and_forget_clears_the_notes() -> None:
+    _registry, tasks, _woken = waits()
+    tasks.note(KEY, "power-on", vcenter=VC, task="task-1")
+    assert tasks.take(KEY, "power-on", vcenter="other.example.test:443") is None
+    assert tasks.take(KEY, "power-on", vcenter=VC) is None  # dropped, not kept for VC
+    tasks.note(KEY, "power-on", vcenter=VC, task="task-2")
+    tasks.forget(KEY)  # its VsphereAgent is gone
+    assert tasks.take(KEY, "power-on", vcenter=VC) is None

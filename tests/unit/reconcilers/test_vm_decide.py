@@ -279,3 +279,40 @@ def test_the_vm_name_annotation_is_the_last_resort() -> None:
     va = agent({}, {names.ANNOTATION_VM_NAME: "legacy"})
     assert vm_decide.recorded_identity(va) == ("legacy", None)
     assert vm_decide.recorded_identity(agent({})) == (None, None)
+
+
+# --- a noted power-on's outcome ----------------------------------------------------------
+
+
+def ended(state: vsphere.TaskState, error: vsphere.VsphereError | None = None) -> vsphere.TaskFacts:
+    return vsphere.TaskFacts(moid="task-7", state=state, error=error)
+
+
+def test_a_noted_power_on_that_succeeded_is_done_without_a_lookup() -> None:
+    assert vm_decide.power_on_ended(ended(vsphere.TaskState.SUCCESS)) is vm_decide.PowerOnEnd.DONE
+
+
+def test_a_noted_power_on_still_queued_or_running_is_waited_for() -> None:
+    for state in (vsphere.TaskState.QUEUED, vsphere.TaskState.RUNNING):
+        assert vm_decide.power_on_ended(ended(state)) is vm_decide.PowerOnEnd.WAIT
+
+
+def test_a_power_on_refused_as_already_on_or_busy_or_forgotten_leaves_it_to_the_vm() -> None:
+    already_on = vsphere.InvalidState("power on VM w-1 failed", fault="InvalidPowerState")
+    busy = vsphere.TransientError("power on VM w-1 failed", fault="TaskInProgress")
+    for error in (already_on, busy):
+        outcome = vm_decide.power_on_ended(ended(vsphere.TaskState.ERROR, error))
+        assert outcome is vm_decide.PowerOnEnd.LOOK_UP, error.fault
+    assert vm_decide.power_on_ended(None) is vm_decide.PowerOnEnd.LOOK_UP  # vCenter forgot it
+    # An error state without a fault says nothing about the VM: the VM decides too.
+    assert vm_decide.power_on_ended(ended(vsphere.TaskState.ERROR)) is vm_decide.PowerOnEnd.LOOK_UP
+
+
+def test_any_other_power_on_fault_is_a_failure_to_report() -> None:
+    for error in (
+        vsphere.TaskFailed("power on VM w-1 failed", fault="InsufficientResourcesFault"),
+        vsphere.PermissionDenied("power on VM w-1 failed", fault="NoPermission"),
+        vsphere.NotFound("power on VM w-1 failed", fault="ManagedObjectNotFound"),
+    ):
+        outcome = vm_decide.power_on_ended(ended(vsphere.TaskState.ERROR, error))
+        assert outcome is vm_decide.PowerOnEnd.FAILED, error.fault
