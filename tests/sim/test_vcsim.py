@@ -1232,6 +1232,35 @@ async def test_the_name_is_reserved_while_the_first_create_task_runs(
     assert third.info.error.object == first.info.result
 
 
+async def test_find_child_answers_while_creates_run_in_the_folder(
+    vcsim_control: VcsimControl, si: vim.ServiceInstance
+) -> None:
+    """govmomi's FindChild panics on a child without a name (a VM still being created
+    was one, in a 200-VM burst) and the panic left the SearchIndex locked: every later
+    call hung. Our hook reads each child's name under its lock and skips unnamed ones."""
+    index = si.content.searchIndex
+    datacenter = find(si, "dc1")
+    root = datacenter.vmFolder
+    assert index.FindChild(datacenter, "vm") == root  # (not a folder: the simulator's own)
+    await vcsim_control.set_delay("CreateVM_Task", 300, stage="task")
+    names = [f"af-{uuid.uuid4().hex[:8]}" for _ in range(20)]
+    creates = [create_vm(si, name) for name in names]
+    found: dict[str, vim.ManagedEntity] = {}
+    deadline = time.monotonic() + DEADLINE_S
+    while len(found) < len(names):  # asked over and over while the creates run and end
+        assert time.monotonic() < deadline, f"only {sorted(found)} of {names} found"
+        for name in names:
+            child = index.FindChild(root, name)
+            if child is not None:
+                found[name] = child
+    await vcsim_control.clear_delays()
+    assert all(wait_task(t) == vim.TaskInfo.State.success for t in creates)
+    assert [found[n] for n in names] == [
+        task_info(t, "info.result")["info.result"] for t in creates
+    ]
+    assert index.FindChild(root, "af-no-such-vm") is None
+
+
 async def test_a_failed_create_releases_the_name(
     vcsim_control: VcsimControl, si: vim.ServiceInstance
 ) -> None:

@@ -22,6 +22,8 @@ package main
 //     while the creation runs, as on vCenter (names.go);
 //   - VirtualMachine.ReconfigVM_Task / AnswerVM: the guest-locked CD-ROM door;
 //   - StorageResourceManager.RecommendDatastores: placement for a whole datastore cluster;
+//   - SearchIndex.FindChild in a folder: a child without a name yet matches nothing
+//     (the simulator's own FindChild panics on one and leaves a lock held);
 //   - FileManager tasks: info.entity names a datacenter (see fidelity.go).
 
 import (
@@ -84,6 +86,10 @@ func (in *Injector) hookFor(ctx *simulator.Context, m *simulator.Method) mo.Refe
 	case "ReconfigVM_Task", "AnswerVM":
 		if vm, ok := ctx.Map.Get(m.This).(*simulator.VirtualMachine); ok {
 			return &vmHooks{Self: m.This, vm: vm, in: in}
+		}
+	case "FindChild":
+		if si, ok := ctx.Map.Get(m.This).(*simulator.SearchIndex); ok {
+			return &searchIndexHooks{Self: m.This, si: si}
 		}
 	case "RecommendDatastores":
 		if srm, ok := ctx.Map.Get(m.This).(*simulator.StorageResourceManager); ok {
@@ -311,6 +317,45 @@ func typeName(v any) string {
 }
 
 // ---- Storage DRS placement ---------------------------------------------------------------
+
+// searchIndexHooks answers SearchIndex.FindChild in a folder without the simulator's
+// panic: govmomi's FindChild names every child through entityName, which log.Panicf's
+// on an entity without a name (a VM whose creation is still in flight was seen as one
+// under task delays, in a 200-VM burst), and the panic unwinds past Registry.WithLock,
+// which releases no lock on a panic: every later call needing the SearchIndex then
+// hung, and the whole simulator with it. Here each child's name is read under its own
+// lock and a child without one matches nothing, as on vCenter. Other entities (a
+// datacenter, a cluster, a resource pool) go to the simulator's FindChild.
+type searchIndexHooks struct {
+	Self types.ManagedObjectReference
+	si   *simulator.SearchIndex
+}
+
+func (s *searchIndexHooks) Reference() types.ManagedObjectReference { return s.Self }
+
+func (s *searchIndexHooks) FindChild(ctx *simulator.Context, req *types.FindChild) soap.HasFault {
+	folder, ok := ctx.Map.Get(req.Entity).(*simulator.Folder)
+	if !ok {
+		return s.si.FindChild(ctx, req)
+	}
+	body := &methods.FindChildBody{Res: new(types.FindChildResponse)}
+	var children []types.ManagedObjectReference
+	ctx.WithLock(folder, func() { children = append(children, folder.ChildEntity...) })
+	for _, ref := range children {
+		e, ok := ctx.Map.Get(ref).(mo.Entity)
+		if !ok {
+			continue
+		}
+		var name string
+		ctx.WithLock(e, func() { name = e.Entity().Name })
+		if name != "" && name == req.Name {
+			found := ref
+			body.Res.Returnval = &found
+			break
+		}
+	}
+	return body
+}
 
 type srmHooks struct {
 	Self types.ManagedObjectReference
