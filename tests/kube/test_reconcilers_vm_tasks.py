@@ -7,6 +7,7 @@ locking anything; `world.crash()` stops the controllers mid-flight as `kill -9` 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -363,6 +364,35 @@ async def test_a_failed_destroy_is_reported_then_started_again(
     assert "destroying VM" in failed[0]["message"]
     assert await world.vms() == []
     assert calls(await vcsim_control.counters(), "Destroy_Task") == 2
+
+
+async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_one_per_retry(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    """A vCenter that stops answering is no attempt of the VM: `attempts` stays, the
+    failure is written once, and the pass comes back when the breaker lets calls
+    through again. (Counting it wrote the status on every pass, and each write's own
+    watch event ran the next pass at once: a write every 2 s per VsphereAgent.)"""
+    await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
+    async with world.run():
+        await pool_with_iso(world)
+        await world.create_vsphere_agent("va1")
+        await recorded(world, "va1", "CreateIssued")
+        netloc = world.service.vcenter
+        world.registry.guard.unreachable(  # as a timed-out call opens it: 10 s
+            netloc, vsphere.NetworkError("vCenter did not answer", subject=f"vCenter {netloc}")
+        )
+        failed = await world.condition(VA, "va1", "Ready", status="False", reason="VMCreateFailed")
+        assert "unreachable" in ready(failed)["message"]
+        versions = set()
+        for _ in range(25):  # 5 s of the breaker's 10 s
+            va = await world.get(VA, "va1")
+            versions.add(va["metadata"]["resourceVersion"])
+            await asyncio.sleep(0.2)
+        assert len(versions) == 1, f"{len(versions)} status writes while vCenter was unreachable"
+        assert not status_of(va)["creation"].get("attempts")
+        await created(world, "va1")  # once the breaker lets calls through again
+    assert calls(await vcsim_control.counters(), "CreateVM_Task") == 1
 
 
 # --- the cap and fairness ---------------------------------------------------------------

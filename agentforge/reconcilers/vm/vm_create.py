@@ -160,8 +160,9 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
     try:
         task, plan = await vm_lookup.look_up(service, inputs, record)
     except vsphere.VsphereError as exc:
-        await _failed(writer, f"looking up VM {record.vm_name} failed: {exc}", record=record)
-        return Result(requeue=True)
+        return await _failed(
+            writer, f"looking up VM {record.vm_name} failed: {exc}", record=record, exc=exc
+        )
     if task is not None and task.running:
         return inputs.vcenter.wait_task(service, task.moid)  # its end wakes this VsphereAgent
     if plan.step is vm_decide.ResumeStep.CONFLICT:
@@ -209,8 +210,7 @@ async def _begin(
                     service, pool, informer=inputs.deps.informer(kinds.VSPHERE_AGENT), ledger=ledger
                 )
             except (vm_spread.NoUsableDomain, vsphere.VsphereError) as exc:
-                await _failed(writer, f"cannot place the VM: {exc}")
-                return Result(requeue=True)
+                return await _failed(writer, f"cannot place the VM: {exc}", exc=exc)
             record = _new_record(inputs, spot)
             if spot is not None:
                 ledger.note(pool_key, inputs.agent.metadata.name, spot)
@@ -257,8 +257,9 @@ async def _start(
     except vsphere.AlreadyExists:
         return await _conflict(inputs, writer, record, None)
     except vsphere.VsphereError as exc:
-        await _failed(writer, f"creating VM {record.vm_name} failed: {exc}", record=record)
-        return Result(requeue=True)
+        return await _failed(
+            writer, f"creating VM {record.vm_name} failed: {exc}", record=record, exc=exc
+        )
     if started.existing is not None:  # our own VM holds the name: take it over
         return await _converge(inputs, writer, service, record, request, vm=started.existing)
     assert started.task is not None
@@ -281,8 +282,9 @@ async def _converge(
     try:
         task = await service.converge_vm(request=request, vm_moid=vm.moid, slot=slot)
     except vsphere.VsphereError as exc:
-        await _failed(writer, f"powering on VM {record.vm_name} failed: {exc}", record=record)
-        return Result(requeue=True)
+        return await _failed(
+            writer, f"powering on VM {record.vm_name} failed: {exc}", record=record, exc=exc
+        )
     if task is None:  # it runs already
         return await _done(inputs, writer, record, vm)
     # No status write: a power-on is idempotent and the VM's power state says after a
@@ -499,10 +501,26 @@ async def _task_failed(
 
 
 async def _failed(
-    writer: StatusWriter, message: str, *, record: CreationRecord | None = None
-) -> None:
+    writer: StatusWriter,
+    message: str,
+    *,
+    record: CreationRecord | None = None,
+    exc: Exception | None = None,
+) -> Result:
+    """Report a failure; the result to return.
+
+    A vCenter that is unavailable (`vsphere.SessionUnavailable`: a login refused or
+    deferred, calls failing fast while it does not answer) is not an attempt of this
+    VM: `attempts` stays, and the pass comes back when vCenter may be tried again
+    (`retry_at`), not with the queue's backoff. Counting it changed the status on every
+    pass, and each write's own watch event ran the next pass at once: a black-holed
+    vCenter made every VsphereAgent with a record write its status every 2 s."""
+    unavailable = isinstance(exc, vsphere.SessionUnavailable)
     edits = [writer.ready_edit(ok=False, reason=R.VM_CREATE_FAILED, message=message)]
-    if record is not None:
+    if record is not None and not unavailable:
         edits.append(_failed_attempt_edit(record))  # keeps what else the record holds
     await writer.write(*edits)
     await writer.event(EventType.WARNING, VmEvent.VM_CREATE_FAILED, message)
+    if isinstance(exc, vsphere.SessionUnavailable) and exc.retry_at is not None:
+        return Result(requeue_after=max((exc.retry_at - writer.now).total_seconds(), 1.0))
+    return Result(requeue=True)
