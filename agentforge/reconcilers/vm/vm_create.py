@@ -54,10 +54,9 @@ Ready=False `VMCreating`.
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from agentforge import identity, vsphere
 from agentforge.api import kinds
@@ -96,14 +95,6 @@ IN_FLIGHT_RECHECK_S: Final = 2.0
 """How soon a creation waiting for an unrecorded create in the folder is decided again."""
 POWER_ON: Final = "power-on"
 """The `TaskWaits` note of a started power-on (no status field records it)."""
-
-
-class _LookUp(enum.Enum):
-    LOOK_UP = "look up"
-
-
-_LOOK_UP: Final = _LookUp.LOOK_UP
-"""A noted power-on's outcome leaves the decision to the VM (`vm_lookup.look_up`)."""
 
 
 def vm_name(inputs: VmInputs) -> str:
@@ -154,7 +145,7 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
     noted = _power_on_noted(inputs, service, record)
     if noted is not None:
         ended = await _power_on_ended(inputs, writer, service, record, noted)
-        if not isinstance(ended, _LookUp):
+        if ended is not vm_decide.PowerOnEnd.LOOK_UP:
             return ended
         refused = True
     try:
@@ -311,8 +302,9 @@ async def _power_on_ended(
     service: vsphere.VsphereService,
     record: CreationRecord,
     noted: Noted,
-) -> Result | _LookUp | None:
-    """The noted power-on's outcome: wait, done, failed, or `_LOOK_UP` (the VM decides)."""
+) -> Result | Literal[vm_decide.PowerOnEnd.LOOK_UP] | None:
+    """The noted power-on's outcome: wait, done, failed, or `PowerOnEnd.LOOK_UP` (the VM
+    decides: `vm_lookup.look_up`)."""
     assert noted.vm is not None
     if inputs.vcenter.awaiting(service, noted.task):  # woken by something else
         inputs.vcenter.note(service, POWER_ON, task=noted.task, about=noted.about, vm=noted.vm)
@@ -323,7 +315,7 @@ async def _power_on_ended(
         task = None  # forgotten by vCenter: never success nor absence, the VM decides
     except vsphere.VsphereError as exc:  # the lookup asks vCenter next, and reports
         log.info("%s: reading power-on task %s failed: %s", inputs.where, noted.task, exc)
-        return _LOOK_UP
+        return vm_decide.PowerOnEnd.LOOK_UP
     end = vm_decide.power_on_ended(task)
     if end is vm_decide.PowerOnEnd.WAIT:  # (ended news lost: follow it again)
         inputs.vcenter.note(service, POWER_ON, task=noted.task, about=noted.about, vm=noted.vm)
@@ -341,7 +333,7 @@ async def _power_on_ended(
         record.vm_name,
         task.error if task is not None else "vCenter no longer knows it",
     )
-    return _LOOK_UP
+    return vm_decide.PowerOnEnd.LOOK_UP
 
 
 async def _done(
