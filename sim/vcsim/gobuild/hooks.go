@@ -334,25 +334,12 @@ type searchIndexHooks struct {
 func (s *searchIndexHooks) Reference() types.ManagedObjectReference { return s.Self }
 
 func (s *searchIndexHooks) FindChild(ctx *simulator.Context, req *types.FindChild) soap.HasFault {
-	folder, ok := ctx.Map.Get(req.Entity).(*simulator.Folder)
-	if !ok {
+	if _, ok := ctx.Map.Get(req.Entity).(*simulator.Folder); !ok {
 		return s.si.FindChild(ctx, req)
 	}
 	body := &methods.FindChildBody{Res: new(types.FindChildResponse)}
-	var children []types.ManagedObjectReference
-	ctx.WithLock(folder, func() { children = append(children, folder.ChildEntity...) })
-	for _, ref := range children {
-		e, ok := ctx.Map.Get(ref).(mo.Entity)
-		if !ok {
-			continue
-		}
-		var name string
-		ctx.WithLock(e, func() { name = e.Entity().Name })
-		if name != "" && name == req.Name {
-			found := ref
-			body.Res.Returnval = &found
-			break
-		}
+	if req.Name != "" { // (an unnamed child matches no name)
+		body.Res.Returnval = childNamed(ctx, nameKey{folder: req.Entity, name: req.Name})
 	}
 	return body
 }
