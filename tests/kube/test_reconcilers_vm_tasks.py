@@ -398,18 +398,24 @@ async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_on
 # --- the cap and fairness ---------------------------------------------------------------
 
 
+async def a_burst_and_a_small_pool(world: World, vms: int) -> list[str]:
+    """The default pool with `vms` VsphereAgents (`big0`...), and an empty pool `small`."""
+    await pool_with_iso(world)
+    await pool_with_iso(world, "small")
+    big = [f"big{i}" for i in range(vms)]
+    for name in big:
+        await world.create_vsphere_agent(name)
+    return big
+
+
 async def test_a_pool_asking_for_one_vm_during_another_pools_burst_is_served_in_turn(
     world: World, vcsim_control: VcsimControl
 ) -> None:
     world.registry.task_slots(world.service.vcenter).cap = 2
     await vcsim_control.set_delay("CreateVM_Task", 2000, stage="task")
     await vcsim_control.set_delay("PowerOnVM_Task", 1000, stage="task")
-    big = [f"big{i}" for i in range(6)]
     async with world.run():
-        await pool_with_iso(world)
-        await pool_with_iso(world, "small")
-        for name in big:
-            await world.create_vsphere_agent(name)
+        big = await a_burst_and_a_small_pool(world, 6)
 
         async def started() -> int:
             stored = [await world.get(VA, name) for name in big]
@@ -439,12 +445,8 @@ async def test_a_pool_with_nothing_in_flight_starts_before_any_task_of_a_full_ca
     slots = world.registry.task_slots(world.service.vcenter)
     slots.cap, slots.headroom = 16, 1  # what a cap of 16 gets (cap // 16)
     await vcsim_control.set_delay("CreateVM_Task", 30000, stage="task")
-    big = [f"big{i}" for i in range(17)]
     async with world.run():
-        await pool_with_iso(world)
-        await pool_with_iso(world, "small")
-        for name in big:
-            await world.create_vsphere_agent(name)
+        big = await a_burst_and_a_small_pool(world, 17)
 
         async def burst_at_its_share() -> bool:
             return calls(await vcsim_control.counters(), "CreateVM_Task") >= 15
