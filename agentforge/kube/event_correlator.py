@@ -14,8 +14,10 @@ For each Event to record, `Correlator.correlate` decides, with no I/O:
   `group_interval` (60 s) apart: the first `group_threshold` (1) objects of such a
   burst keep their events; the others become one event on the group,
   `(combined from similar events): <kind> <namespace>/<name>: <latest message>`,
-  counted. So a VM made alone keeps its events on its objects; a burst is one
-  event on the pool.
+  counted. The burst's first event is marked `held`: the recorder waits
+  `GROUP_HOLD_S` before writing it, and folds it into the group's event when a
+  second object's comes meanwhile. So a VM made alone keeps its events on its
+  objects; a burst is one event on the pool.
 * **Correlation key** (`eventLogger`): identical events (or the members of one
   combined event) share a key; the recorder writes the first as a new Event and
   later ones as a count on it.
@@ -54,6 +56,8 @@ GROUP_THRESHOLD: Final = 1
 """Objects of a group whose similar events stay on their objects, per burst."""
 GROUP_INTERVAL_S: Final = 60.0
 """Similar events of a group's objects less than this apart are one burst."""
+GROUP_HOLD_S: Final = 5.0
+"""How long the recorder holds a burst's first event, waiting for a second object's."""
 SPAM_BURST: Final = 25
 SPAM_REFILL_PER_S: Final = 1.0 / 300.0
 CACHE_SIZE: Final = 4096
@@ -74,6 +78,9 @@ class Lru(Generic[K, V]):
         if value is not None:
             self._items.move_to_end(key)
         return value
+
+    def pop(self, key: K) -> V | None:
+        return self._items.pop(key, None)
 
     def put(self, key: K, value: V) -> None:
         self._items[key] = value
@@ -132,6 +139,11 @@ class Correlated:
     key: tuple[Hashable, ...]
     """Occurrences with one key are one Event: the first creates it, the rest count."""
     combined: bool
+    group_key: tuple[Hashable, ...] | None = None
+    """The key of the group's combined event this event is part of the burst of."""
+    held: bool = False
+    """The first event of a group's burst: its object keeps it unless a second object's
+    follows soon (the recorder holds it and may fold it into the group's event)."""
 
 
 @dataclass(slots=True)
@@ -172,8 +184,11 @@ class Correlator:
         message: str,
         group: Involved | None = None,
     ) -> Correlated:
+        group_key: tuple[Hashable, ...] | None = None
+        held = False
         if group is not None and group.identity != involved.identity:
             group_key = ("group", *group.identity, type, reason)
+            started = self._started(group_key)
             if self._combine(
                 group_key,
                 involved.identity,
@@ -182,13 +197,19 @@ class Correlator:
             ):
                 about = f"{involved.kind} {_name(involved)}"
                 return self._combined(group, type, group_key, f"{about}: {message}")
+            held = not started
         aggregate_key = ("object", *involved.identity, type, reason)
         if self._combine(
             aggregate_key, message, keep=self._max_events - 1, interval=self._interval
         ):
             return self._combined(involved, type, aggregate_key, message)
         key = ("event", *involved.identity, type, reason, message)
-        return Correlated(involved, message, key, combined=False)
+        return Correlated(involved, message, key, combined=False, group_key=group_key, held=held)
+
+    def _started(self, key: tuple[Hashable, ...]) -> bool:
+        """Whether a burst of `key` is under way (a similar event within its interval)."""
+        similar = self._similar.get(key)
+        return similar is not None and self._clock() - similar.last <= self._group_interval
 
     def _combine(
         self, key: tuple[Hashable, ...], member: Hashable, *, keep: int, interval: float

@@ -9,19 +9,22 @@ Promises:
   the creation of new Events.
 * **Groups**: the caller (or the `group_of` policy given at construction) may name
   a group object for an event, e.g. the pool of a VsphereAgent. In a burst (events
-  of one reason less than a minute apart) the first object of a group keeps its
-  own event; the others are counted onto one `(combined from similar events)`
-  event on the group. Only reasons whose facts the objects also show (a
-  condition, a label) are grouped.
+  of one reason less than a minute apart) the objects' events are counted onto one
+  `(combined from similar events)` event on the group. The burst's first event is
+  held `group_hold` (5 s): when no other object's follows by then it is created on
+  its own object (a VM made alone keeps its events, 5 s late); when one does, it
+  is folded into the group's event, which is created when the hold ends, with its
+  count. Only reasons whose facts the objects also show (a condition, a label) are
+  grouped.
 * **A new Event is created at once; repeats are batched.** A repeat of an Event
   written less than `flush_interval` (30 s) ago is counted in memory and written
   as one merge patch (`count`, `lastTimestamp`, the latest message) when that
   interval has passed; an isolated repeat is written at once. So a hot loop or a
   burst of similar events costs one write per Event per 30 s, not one per
-  occurrence. A combined event (above) is itself a repeat of the events that
-  stayed on their objects (created at once): it is created with the count it has
-  reached `flush_interval` after its first occurrence, one create instead of a
-  create and a patch soon after. The writes are made by one flusher task: for the
+  occurrence. A combined event (above) is created with the count it has reached
+  when its burst's held first event was due, or, when that was already written on
+  its object, `flush_interval` after its own first occurrence: one create instead
+  of a create and a patch soon after. The writes are made by one flusher task: for the
   recorder's life after `start()` (the app's), else only while something is
   pending. `flush()` writes everything pending now (a clean shutdown does),
   `close()` drops it (a lost Lease must not write). A patch that finds the Event
@@ -50,7 +53,13 @@ from typing import Any, Final, Protocol
 from agentforge import redaction
 from agentforge.api.kinds import EVENT, Kind
 from agentforge.kube import errors
-from agentforge.kube.event_correlator import Correlated, Correlator, Involved, Lru
+from agentforge.kube.event_correlator import (
+    GROUP_HOLD_S,
+    Correlated,
+    Correlator,
+    Involved,
+    Lru,
+)
 from agentforge.kube.ratelimit import Clock
 
 __all__ = ["FLUSH_INTERVAL_S", "EventRecorder", "EventType", "GroupOf", "scrub"]
@@ -146,6 +155,7 @@ class EventRecorder:
         refill_per_second: float = 1.0 / 300.0,
         group_threshold: int = 1,
         group_interval: float = 60.0,
+        group_hold: float = GROUP_HOLD_S,
         cache_size: int = 4096,
         clock: Clock = _loop_time,
         wall_clock: Callable[[], datetime] = _utc_now,
@@ -154,6 +164,7 @@ class EventRecorder:
         self._component = component
         self._host = host
         self._flush_interval = flush_interval
+        self._group_hold = group_hold
         self._group_of = group_of
         self._clock = clock
         self._wall_clock = wall_clock
@@ -167,6 +178,8 @@ class EventRecorder:
         )
         self._logged: Lru[tuple[Hashable, ...], _Logged] = Lru(cache_size)
         self._due: dict[tuple[Hashable, ...], float] = {}
+        self._held: dict[tuple[Hashable, ...], tuple[Hashable, ...]] = {}
+        """A group's combined-event key -> the key of its burst's first event, held."""
         self._locks: weakref.WeakValueDictionary[tuple[Hashable, ...], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -230,6 +243,7 @@ class EventRecorder:
         if self._due:
             log.debug("dropping the counts of %d pending event(s)", len(self._due))
         self._due.clear()
+        self._held.clear()
 
     async def _stop_flusher(self) -> None:
         if self._flusher is not None:
@@ -261,27 +275,30 @@ class EventRecorder:
                         correlated.involved.name,
                     )
                     return
-                later = correlated.combined  # a repeat of its burst: created with its count
+                # a repeat of its burst, or a burst's held first: created with its count
+                later = correlated.combined or (correlated.held and self._group_hold > 0)
                 name = "" if later else await self._create(
                     correlated, type=type, reason=reason, count=1, at=stamp
                 )  # fmt: skip
-                self._logged.put(
-                    key,
-                    _Logged(
-                        correlated=correlated,
-                        type=type,
-                        reason=reason,
-                        name=name,
-                        count=1,
-                        written=0 if later else 1,
-                        written_message="" if later else correlated.message,
-                        last_timestamp=stamp,
-                        written_at=self._clock(),
-                        first_timestamp=stamp if later else "",
-                    ),
+                entry = _Logged(
+                    correlated=correlated,
+                    type=type,
+                    reason=reason,
+                    name=name,
+                    count=1,
+                    written=0 if later else 1,
+                    written_message="" if later else correlated.message,
+                    last_timestamp=stamp,
+                    written_at=self._clock(),
+                    first_timestamp=stamp if later else "",
                 )
-                if later:
-                    self._schedule(key, self._clock() + self._flush_interval)
+                self._logged.put(key, entry)
+                if correlated.combined:
+                    due = self._fold_held(key, entry)
+                    self._schedule(key, due or self._clock() + self._flush_interval)
+                elif later and correlated.group_key is not None:
+                    self._held[correlated.group_key] = key
+                    self._schedule(key, self._clock() + self._group_hold)
                 return
             logged.count += 1
             logged.correlated = correlated
@@ -291,6 +308,21 @@ class EventRecorder:
                 await self._write(key, logged)
             else:
                 self._schedule(key, due)
+
+    def _fold_held(self, key: tuple[Hashable, ...], combined: _Logged) -> float | None:
+        """The held first event of this combined event's burst, not written yet, counted
+        into it instead (its first timestamp too); when it was due then."""
+        first_key = self._held.pop(key, None)
+        if first_key is None:
+            return None
+        first = self._logged.get(first_key)
+        if first is None or first.name or first.written or self._lock(first_key).locked():
+            return None  # written (or being written) on its object: it keeps it
+        self._logged.pop(first_key)
+        due = self._due.pop(first_key, None)
+        combined.count += first.count
+        combined.first_timestamp = first.first_timestamp
+        return due
 
     async def _create(
         self,
@@ -363,6 +395,9 @@ class EventRecorder:
         logged.written_at = self._clock()
         logged.first_timestamp = ""
         self._due.pop(key, None)
+        group_key = logged.correlated.group_key
+        if group_key is not None and self._held.get(group_key) == key:
+            del self._held[group_key]
 
     async def _write_pending(self, key: tuple[Hashable, ...]) -> None:
         """Write what is counted for `key` (it leaves the pending set, written or not)."""

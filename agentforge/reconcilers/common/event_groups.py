@@ -6,11 +6,11 @@ VsphereAgent. Their facts stay visible on those objects without the event: the
 VsphereAgent carries the AgentMachine's name in its `agent-machine` label and the
 AgentMachine the selection label in `spec.agentLabelSelector`; the VsphereAgent's
 `Ready` condition says `VMCreating` (VM name, BIOS UUID) and then `VMReady` (name,
-BIOS UUID, MAC) and `status.vm` records the VM. So in a burst (events of a reason
-less than a minute apart) the pool's first object keeps these events; the others
-are counted onto one event on the pool, `(combined from similar events):
-VsphereAgent <ns>/<name>: <latest message>` (`kube.event_correlator`). A VM made
-alone keeps its events.
+BIOS UUID, MAC) and `status.vm` records the VM. So a burst (events of a reason
+less than a minute apart) is counted onto one event on the pool, `(combined from
+similar events): VsphereAgent <ns>/<name>: <latest message>`; its first event is
+held a few seconds and kept on its object when no second object's follows by then
+(`kube.event_correlator`, `kube.events`). A VM made alone keeps its events.
 
 Everything else stays on its object, however many there are: every Warning (each
 names its object and the fix), adoption, and deletion (`VMDeleted`, `VMRetained`,

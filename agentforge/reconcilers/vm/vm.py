@@ -171,6 +171,8 @@ class VmReconciler:
             return None
         if adopt.is_adopted(inputs):
             result = await adopt.ensure_adopted(inputs, writer)
+        elif (quiet := vm_create.waits_quietly_for_iso(inputs)) is not None:
+            return quiet  # nothing written yet: not even its first ISOEjected condition
         else:
             result = await vm_create.ensure_created(inputs, writer)
         if self._ejection is None or (

@@ -5,7 +5,10 @@ Each pass does what the record says is next, starts at most one vCenter task, re
 it and returns; the task's end wakes the VsphereAgent (`task_waits`), and the next
 pass reads the outcome from vCenter by the recorded moref. No worker waits on a task.
 
-1. The pool must have cached its ISO (`status.iso.path`); else `WaitingForISO`.
+1. The pool must have cached its ISO (`status.iso.path`); else `WaitingForISO`, said
+   once the VsphereAgent has waited `WAITING_FOR_ISO_QUIET_S` (`waits_quietly_for_iso`:
+   a new VsphereAgent's first write is then its checkpoint when its pool caches the
+   ISO that soon, as when pool and demand come together).
 2. A task slot of the vCenter is claimed (`--vsphere-max-tasks-in-flight`, shared by
    the pools in turn); none free -> the pass ends, the key is woken when its pool's
    turn comes.
@@ -85,7 +88,13 @@ from agentforge.vsphere import metrics as vmetrics
 if TYPE_CHECKING:
     from agentforge.reconcilers.waits.task_waits import Noted
 
-__all__ = ["IN_FLIGHT_RECHECK_S", "ensure_created", "vm_name"]
+__all__ = [
+    "IN_FLIGHT_RECHECK_S",
+    "WAITING_FOR_ISO_QUIET_S",
+    "ensure_created",
+    "vm_name",
+    "waits_quietly_for_iso",
+]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +102,8 @@ R = VsphereAgentReason
 P = CreationPhase
 IN_FLIGHT_RECHECK_S: Final = 2.0
 """How soon a creation waiting for an unrecorded create in the folder is decided again."""
+WAITING_FOR_ISO_QUIET_S: Final = 10.0
+"""How long a new VsphereAgent waits for its pool's ISO before its status says so."""
 POWER_ON: Final = "power-on"
 """The `TaskWaits` note of a started power-on (no status field records it)."""
 
@@ -108,6 +119,22 @@ def vm_name(inputs: VmInputs) -> str:
         namespace=inputs.agent.metadata.namespace,
         vsphere_agent=inputs.agent.metadata.name,
     )
+
+
+def waits_quietly_for_iso(inputs: VmInputs) -> Result | None:
+    """A VsphereAgent with no status yet whose pool has no ISO cached, younger than
+    `WAITING_FOR_ISO_QUIET_S`: the pass writes nothing and looks again when that time
+    is up (the pool's ISO, once cached, wakes it sooner: `_pool_changed`)."""
+    agent, pool = inputs.agent, inputs.pool
+    if pool is None or pool.status.iso.path or agent.status.creation is not None:
+        return None
+    created = agent.metadata.creation_timestamp
+    if created is None or agent.status.conditions:
+        return None
+    if agent.status.vm is not None and agent.status.vm.bios_uuid:
+        return None  # a VM recorded: never a wait
+    left = WAITING_FOR_ISO_QUIET_S - (inputs.now - created).total_seconds()
+    return Result(requeue_after=left) if left > 0 else None
 
 
 async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | None:

@@ -205,45 +205,73 @@ async def test_the_tenth_distinct_message_within_ten_minutes_is_combined() -> No
 # --- groups: the same reason on many objects of one pool ----------------------------------
 
 
-async def test_in_a_burst_the_first_object_keeps_its_event_the_rest_are_combined() -> None:
+HOLD = events.GROUP_HOLD_S
+
+
+async def test_a_burst_is_one_event_on_the_pool_created_when_the_first_ones_hold_ends() -> None:
     writer = FakeWriter()
     rec = recorder(writer)
-    for i in range(1, 8):
+    for i in range(1, 3):
         await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
-        await asyncio.sleep(4)  # 28 s in all: the combined event is still held
-    (own,) = writer.by_reason("VMCreated")  # created at once
-    assert own["involvedObject"]["name"] == "va1"
-    await asyncio.sleep(FLUSH - 28 + 4 + 1)  # a flush interval after va2's: created
-    own, combined = writer.by_reason("VMCreated")
+        await asyncio.sleep(1)
+    assert writer.writes() == 0  # va1's is held, va2's folded it into the burst
+    await asyncio.sleep(HOLD - 2 + 0.5)  # va1's hold has ended: the burst's event, counted
+    (combined,) = writer.by_reason("VMCreated")
     assert combined["involvedObject"]["kind"] == "VsphereAgentPool"
     assert combined["involvedObject"]["name"] == "pool"
-    assert combined["count"] == 6
+    assert combined["count"] == 2
     assert combined["message"] == (
-        "(combined from similar events): VsphereAgent ns/va7: VM vm7 is running"
+        "(combined from similar events): VsphereAgent ns/va2: VM vm2 is running"
     )
-    assert writer.writes() == 2  # va1's own + the combined one, created with its count
+    assert combined["firstTimestamp"] < combined["lastTimestamp"]  # va1's, va2's
+    for i in range(3, 9):
+        await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
+        await asyncio.sleep(4)
+    assert combined["count"] == 2  # repeats: written once per flush interval
+    await asyncio.sleep(FLUSH)
+    assert combined["count"] == 8
+    assert combined["message"].endswith("VsphereAgent ns/va8: VM vm8 is running")
+    assert writer.writes() == 2  # one create, one patch: no event on any VsphereAgent
 
-    await normal(rec, obj("va8"), "VMCreated", "VM vm8 is running", group=POOL)
-    await rec.flush()  # a later member of the burst: counted onto the combined event
-    assert combined["count"] == 7
-    assert writer.writes() == 3
 
-
-async def test_a_combined_event_not_created_yet_is_created_by_flush_and_dropped_by_close() -> None:
+async def test_a_vm_made_alone_keeps_its_event_held_for_a_moment() -> None:
     writer = FakeWriter()
     rec = recorder(writer)
+    await normal(rec, obj("va1"), "VMCreated", "VM vm1 is running", group=POOL)
+    assert writer.writes() == 0
+    await asyncio.sleep(HOLD + 0.5)
+    (own,) = writer.by_reason("VMCreated")
+    assert own["involvedObject"]["name"] == "va1"
+    assert own["count"] == 1
+    assert own["message"] == "VM vm1 is running"
+
+    await asyncio.sleep(10)  # a second VM after the hold: the burst goes on, onto the pool
+    for i in range(2, 4):
+        await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
+    await asyncio.sleep(HOLD + 0.5)
+    assert len(writer.by_reason("VMCreated")) == 1  # the combined one waits a flush interval
+    await asyncio.sleep(FLUSH)
+    own, combined = writer.by_reason("VMCreated")
+    assert (own["involvedObject"]["name"], combined["involvedObject"]["name"]) == ("va1", "pool")
+    assert combined["count"] == 2
+
+
+async def test_held_and_combined_events_are_written_by_flush_and_dropped_by_close() -> None:
+    writer = FakeWriter()
+    rec = recorder(writer)
+    await normal(rec, obj("va0"), "VMCreating", "creating vm0", group=POOL)
     for i in range(1, 4):
         await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
-    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va1"]
-    await rec.flush()  # a clean shutdown writes it
-    _, combined = writer.by_reason("VMCreated")
-    assert combined["count"] == 2
+    await rec.flush()  # a clean shutdown writes them: the lone one on its object
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreating")] == ["va0"]
+    (combined,) = writer.by_reason("VMCreated")
+    assert combined["count"] == 3
     assert combined["firstTimestamp"] <= combined["lastTimestamp"]
 
     for i in range(4, 6):
-        await normal(rec, obj(f"va{i}"), "VMCreating", f"creating vm{i}", group=POOL)
+        await normal(rec, obj(f"va{i}"), "VMDeleting", f"deleting vm{i}", group=POOL)
     await rec.close()  # a lost Lease writes nothing more
-    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreating")] == ["va4"]
+    assert writer.by_reason("VMDeleting") == []
 
 
 async def test_vms_made_a_minute_apart_keep_their_own_events() -> None:
@@ -261,15 +289,25 @@ async def test_group_members_keep_their_other_events_and_groups_are_per_reason()
     rec = recorder(writer)
     for i in range(1, 6):
         await normal(rec, obj(f"va{i}"), "VMCreating", "creating", group=POOL)
-    await normal(rec, obj("va5"), "VMDeleted", "deleted")  # no group: its own
+    await normal(rec, obj("va5"), "VMDeleted", "deleted")  # no group: its own, at once
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMDeleted")] == ["va5"]
     await normal(rec, obj("va5"), "VMCreated", "up", group=POOL)  # another reason's burst
-    await normal(rec, obj("va1"), "VMCreating", "creating", group=POOL)  # the first one
     await rec.flush()
     creating = writer.by_reason("VMCreating")
-    assert [e["involvedObject"]["name"] for e in creating] == ["va1", "pool"]
-    assert [e["count"] for e in creating] == [2, 4]
-    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMDeleted")] == ["va5"]
+    assert [e["involvedObject"]["name"] for e in creating] == ["pool"]
+    assert [e["count"] for e in creating] == [5]
     assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va5"]
+
+
+async def test_without_a_hold_the_first_object_keeps_its_event_at_once() -> None:
+    writer = FakeWriter()
+    rec = recorder(writer, group_hold=0)
+    for i in range(1, 4):
+        await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va1"]
+    await asyncio.sleep(FLUSH + 1)  # the rest: a flush interval after va2's
+    _, combined = writer.by_reason("VMCreated")
+    assert combined["count"] == 2
 
 
 async def test_a_group_policy_names_the_group_when_the_caller_does_not() -> None:
@@ -284,7 +322,7 @@ async def test_a_group_policy_names_the_group_when_the_caller_does_not() -> None
         await rec.record(obj(f"va{i}"), type=EventType.WARNING, reason="Slow", message="slow")
     assert len(writer.by_reason("Slow")) == 5
     await rec.flush()
-    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["va1", "pool"]
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["pool"]
     await rec.close()
 
 

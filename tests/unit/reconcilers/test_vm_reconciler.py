@@ -10,12 +10,13 @@ import pytest
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.ejection import ejection
-from agentforge.reconcilers.vm import vm
+from agentforge.reconcilers.vm import vm, vm_create
 from agentforge.reconcilers.vm.vm_context import VcenterHandle
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NS,
     agent_obj,
+    ago,
     mac,
     pool_obj,
     uuid,
@@ -50,6 +51,19 @@ async def test_the_first_pass_writes_ready_and_iso_ejected_in_one_status_write()
         ("patch", "VsphereAgent"),  # the finalizer
         ("update-status", "VsphereAgent"),
     ]
+
+
+async def test_a_new_vsphere_agent_waits_quietly_for_its_pools_iso_for_a_few_seconds() -> None:
+    # pool and demand made together: the ISO is usually cached before the VsphereAgent
+    # needs to say it waits, and its first status write is then its checkpoint
+    h = harness(pool_obj(), vsphere_agent_obj("va1", created=ago(seconds=3)))
+    result = await reconciler(h).reconcile(KEY)
+    assert result is not None
+    assert result.requeue_after == pytest.approx(vm_create.WAITING_FOR_ISO_QUIET_S - 3)
+    assert status_writes(h) == 0
+    found = h.api.find(kinds.VSPHERE_AGENT, NS, "va1")
+    assert found is not None
+    assert not (found.get("status") or {}).get("conditions")
 
 
 async def test_a_pass_reports_every_version_it_stored_for_the_read_your_writes_guard() -> None:
