@@ -13,19 +13,18 @@ Promises:
   `(combined from similar events)` event on the group. The burst's first event is
   held `group_hold` (5 s): when no other object's follows by then it is created on
   its own object (a VM made alone keeps its events, 5 s late); when one does, it
-  is folded into the group's event, which is created when the hold ends, with its
-  count. Only reasons whose facts the objects also show (a condition, a label) are
-  grouped.
+  is folded into the group's event. Only reasons whose facts the objects also
+  show (a condition, a label) are grouped.
 * **A new Event is created at once; repeats are batched.** A repeat of an Event
   written less than `flush_interval` (30 s) ago is counted in memory and written
   as one merge patch (`count`, `lastTimestamp`, the latest message) when that
   interval has passed; an isolated repeat is written at once. So a hot loop or a
   burst of similar events costs one write per Event per 30 s, not one per
   occurrence. A combined event (above) is created with the count it has reached
-  when its burst's held first event was due, or, when that was already written on
-  its object, `flush_interval` after its own first occurrence: one create instead
-  of a create and a patch soon after. The writes are made by one flusher task: for the
-  recorder's life after `start()` (the app's), else only while something is
+  `flush_interval` after its own first occurrence (the burst's second object): one
+  create for a burst of up to 30 s, not a create and a patch soon after. The
+  writes are made by one flusher task: for the recorder's life after `start()`
+  (the app's), else only while something is
   pending. `flush()` writes everything pending now (a clean shutdown does),
   `close()` drops it (a lost Lease must not write). A patch that finds the Event
   gone (the apiserver's TTL) creates a new one with the count.
@@ -294,8 +293,8 @@ class EventRecorder:
                 )
                 self._logged.put(key, entry)
                 if correlated.combined:
-                    due = self._fold_held(key, entry)
-                    self._schedule(key, due or self._clock() + self._flush_interval)
+                    self._fold_held(key, entry)
+                    self._schedule(key, self._clock() + self._flush_interval)
                 elif later and correlated.group_key is not None:
                     self._held[correlated.group_key] = key
                     self._schedule(key, self._clock() + self._group_hold)
@@ -309,20 +308,19 @@ class EventRecorder:
             else:
                 self._schedule(key, due)
 
-    def _fold_held(self, key: tuple[Hashable, ...], combined: _Logged) -> float | None:
-        """The held first event of this combined event's burst, not written yet, counted
-        into it instead (its first timestamp too); when it was due then."""
+    def _fold_held(self, key: tuple[Hashable, ...], combined: _Logged) -> None:
+        """The held first event of this combined event's burst, not written yet, is
+        counted into it instead (its first timestamp too)."""
         first_key = self._held.pop(key, None)
         if first_key is None:
-            return None
+            return
         first = self._logged.get(first_key)
         if first is None or first.name or first.written or self._lock(first_key).locked():
-            return None  # written (or being written) on its object: it keeps it
+            return  # written (or being written) on its object: it keeps it
         self._logged.pop(first_key)
-        due = self._due.pop(first_key, None)
+        self._due.pop(first_key, None)
         combined.count += first.count
         combined.first_timestamp = first.first_timestamp
-        return due
 
     async def _create(
         self,
