@@ -14,6 +14,7 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
+from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.vm import vm
 from agentforge.reconcilers.vm.vm_context import identity_edit
 from agentforge.vsphere import vms
@@ -374,7 +375,7 @@ async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_on
     through again. (Counting it wrote the status on every pass, and each write's own
     watch event ran the next pass at once: a write every 2 s per VsphereAgent.)"""
     await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
-    async with world.run():
+    async with world.run() as controllers:
         await pool_with_iso(world)
         await world.create_vsphere_agent("va1")
         await recorded(world, "va1", "CreateIssued")
@@ -382,6 +383,10 @@ async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_on
         world.registry.guard.unreachable(  # as a timed-out call opens it: 10 s
             netloc, vsphere.NetworkError("vCenter did not answer", subject=f"vCenter {netloc}")
         )
+        # a pass while the breaker is open (the task's end cannot wake one: its waiter
+        # asks vCenter too), as any watch event of the VsphereAgent would run it
+        (vm_ctrl,) = [c for c in controllers if c.name == vm.CONTROLLER_NAME]
+        vm_ctrl.enqueue(ObjectKey(f"{world.namespace}/va1"))
         failed = await world.condition(VA, "va1", "Ready", status="False", reason="VMCreateFailed")
         assert "unreachable" in ready(failed)["message"]
         versions = set()
