@@ -76,6 +76,10 @@ class Operator:
     controllers: list[Controller]
 
 
+FAST_STATUS_INTERVAL_S = 1.0
+"""The pool's routine status pacing in these tests (shipped: 10 s, `status_pacing`)."""
+
+
 @contextlib.asynccontextmanager
 async def running_operator(
     controlplane: ControlPlane,
@@ -83,9 +87,14 @@ async def running_operator(
     namespaces: list[str],
     vsphere_controllers: bool = False,
     registry: vsphere.SessionRegistry | None = None,
+    status_interval: float = FAST_STATUS_INTERVAL_S,
+    iso_quiet: float = 0.0,
 ) -> AsyncIterator[Operator]:
     """`registry`: a vSphere session registry the caller owns (and logged in before the
-    test body, so its background tasks are not the test's)."""
+    test body, so its background tasks are not the test's). `status_interval` and
+    `iso_quiet`: the pool's routine status pacing and a new VsphereAgent's quiet wait
+    for its ISO, short here so tests do not wait them out; a test that counts writes
+    passes the shipped values."""
     kubeconfig = controlplane.user_kubeconfig(IDENTITY, ["system:masters"])
     cfg = await cluster_config(kubeconfig)
     retry = kube_client.RetryPolicy(attempts=6, initial_backoff=0.02, max_backoff=0.5)
@@ -116,11 +125,16 @@ async def running_operator(
             credentials=credentials,
             now=clock.now,
         )
-        controllers = [scaleup.controller(deps), pool.controller(deps)]
+        controllers = [
+            scaleup.controller(deps),
+            pool.controller(deps, status_interval=status_interval),
+        ]
         if vsphere_controllers:
             controllers += [
                 infra.controller(deps, retry_base=0.05),
-                vm.controller(deps, ejection=ejection.Ejection(), retry_base=0.05),
+                vm.controller(
+                    deps, ejection=ejection.Ejection(), retry_base=0.05, iso_quiet=iso_quiet
+                ),
                 spread_rules.controller(deps, retry_base=0.05),
             ]
         async with contextlib.AsyncExitStack() as stack:

@@ -470,7 +470,8 @@ class World:
             built.append(infra.controller(self.deps, retry_base=0.05))
         if vm_controller:
             step = eject.Ejection() if ejection else None
-            built.append(vm.controller(self.deps, ejection=step, retry_base=0.05))
+            # no quiet wait for the ISO: tests of WaitingForISO see it at once
+            built.append(vm.controller(self.deps, ejection=step, retry_base=0.05, iso_quiet=0.0))
             built.append(spread_rules.controller(self.deps, retry_base=0.05))
         self._running = [(c, asyncio.create_task(c.run(), name=f"it-{c.name}")) for c in built]
         try:

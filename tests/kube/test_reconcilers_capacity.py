@@ -18,6 +18,8 @@ import pytest
 
 from agentforge.api import kinds, names
 from agentforge.kube import client as kube_client
+from agentforge.reconcilers.pool import status_pacing
+from agentforge.reconcilers.vm import vm_create
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane
 from sim.controlplane.pytest_plugin import namespace_name
@@ -193,6 +195,8 @@ async def whole(
             namespaces=[namespace, cpns],
             vsphere_controllers=True,
             registry=world.registry,  # its session is up before the test body
+            status_interval=status_pacing.ROUTINE_STATUS_INTERVAL_S,  # shipped: writes counted
+            iso_quiet=vm_create.WAITING_FOR_ISO_QUIET_S,
         ) as op:
             # the credentials' first read and refresh task, too, are the fixture's
             await op.deps.credentials.get(namespace=namespace, name=SECRET, for_namespace=namespace)

@@ -14,7 +14,6 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
-from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.vm import vm
 from agentforge.reconcilers.vm.vm_context import identity_edit
 from agentforge.vsphere import vms
@@ -374,19 +373,15 @@ async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_on
     failure is written once, and the pass comes back when the breaker lets calls
     through again. (Counting it wrote the status on every pass, and each write's own
     watch event ran the next pass at once: a write every 2 s per VsphereAgent.)"""
-    await vcsim_control.set_delay("CreateVM_Task", 3000, stage="task")
-    async with world.run() as controllers:
+    async with world.run():
         await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-        await recorded(world, "va1", "CreateIssued")
         netloc = world.service.vcenter
         world.registry.guard.unreachable(  # as a timed-out call opens it: 10 s
             netloc, vsphere.NetworkError("vCenter did not answer", subject=f"vCenter {netloc}")
         )
-        # a pass while the breaker is open (the task's end cannot wake one: its waiter
-        # asks vCenter too), as any watch event of the VsphereAgent would run it
-        (vm_ctrl,) = [c for c in controllers if c.name == vm.CONTROLLER_NAME]
-        vm_ctrl.enqueue(ObjectKey(f"{world.namespace}/va1"))
+        # the checkpoint asks vCenter nothing; the create after it fails fast (opening the
+        # breaker after the create started raced it: a task in flight waits for its end)
+        await world.create_vsphere_agent("va1")
         failed = await world.condition(VA, "va1", "Ready", status="False", reason="VMCreateFailed")
         assert "unreachable" in ready(failed)["message"]
         versions = set()
@@ -395,6 +390,7 @@ async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_on
             versions.add(va["metadata"]["resourceVersion"])
             await asyncio.sleep(0.2)
         assert len(versions) == 1, f"{len(versions)} status writes while vCenter was unreachable"
+        assert status_of(va)["creation"]["phase"] == "CreateIssued"  # recorded, not started
         assert not status_of(va)["creation"].get("attempts")
         await created(world, "va1")  # once the breaker lets calls through again
     assert calls(await vcsim_control.counters(), "CreateVM_Task") == 1
@@ -449,7 +445,9 @@ async def test_a_pool_with_nothing_in_flight_starts_before_any_task_of_a_full_ca
 ) -> None:
     slots = world.registry.task_slots(world.service.vcenter)
     slots.cap, slots.headroom = 16, 1  # what a cap of 16 gets (cap // 16)
-    await vcsim_control.set_delay("CreateVM_Task", 30000, stage="task")
+    # long enough that no create of the burst ends before the small pool's starts (a few
+    # seconds), which the test then waits out
+    await vcsim_control.set_delay("CreateVM_Task", 15000, stage="task")
     async with world.run():
         big = await a_burst_and_a_small_pool(world, 17)
 

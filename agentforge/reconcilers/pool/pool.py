@@ -73,14 +73,16 @@ rbac.needs(kinds.EVENT, "create", "patch", why="events about pools (aggregated)"
 
 
 class PoolReconciler:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(
+        self, deps: Deps, *, status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S
+    ) -> None:
         self._deps = deps
         self._client = deps.client
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._source = pool_snapshot.SnapshotSource(deps)
         self._applier = pool_apply.PlanApplier(deps, self._source, self._event)
-        self._pacer = status_pacing.StatusPacer()
+        self._pacer = status_pacing.StatusPacer(interval=status_interval)
         self._planned = plan_reports.PlannedReports()
         self._prepared = plan_reports.PreparedReports()
         self._parsed: dict[ObjectKey, tuple[str, VsphereAgentPool]] = {}
@@ -323,12 +325,15 @@ class PoolReconciler:
             await self._event(pool_obj, PoolEvent.PLANNED, message)
 
 
-def controller(deps: Deps) -> Controller:
-    """The `pool` controller over the app's informers (indexes installed here)."""
+def controller(
+    deps: Deps, *, status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S
+) -> Controller:
+    """The `pool` controller over the app's informers (indexes installed here);
+    `status_interval`: the pacing of routine status writes (`status_pacing`)."""
     indexes.install(deps.informers)
     return Controller(
         name=CONTROLLER_NAME,
-        reconcile=PoolReconciler(deps).reconcile,
+        reconcile=PoolReconciler(deps, status_interval=status_interval).reconcile,
         watches=pool_watches.watches(deps.informers),
         workers=deps.workers,
     )

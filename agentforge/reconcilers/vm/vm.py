@@ -89,8 +89,15 @@ def _merged(first: Result | None, second: Result | None) -> Result | None:
 
 
 class VmReconciler:
-    def __init__(self, *, deps: Deps, ejection: EjectionStep | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        deps: Deps,
+        ejection: EjectionStep | None = None,
+        iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
+    ) -> None:
         self._deps = deps
+        self._iso_quiet = iso_quiet
         self._agents = deps.informer(kinds.VSPHERE_AGENT)
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._ejection = ejection
@@ -171,7 +178,7 @@ class VmReconciler:
             return None
         if adopt.is_adopted(inputs):
             result = await adopt.ensure_adopted(inputs, writer)
-        elif (quiet := vm_create.waits_quietly_for_iso(inputs)) is not None:
+        elif (quiet := vm_create.waits_quietly_for_iso(inputs, self._iso_quiet)) is not None:
             return quiet  # nothing written yet: not even its first ISOEjected condition
         else:
             result = await vm_create.ensure_created(inputs, writer)
@@ -227,11 +234,13 @@ def controller(
     *,
     ejection: EjectionStep | None = None,
     retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
+    iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
 ) -> Controller:
-    """The `vm` controller over the app's informers (see the module doc)."""
+    """The `vm` controller over the app's informers (see the module doc); `iso_quiet`:
+    how long a new VsphereAgent waits for its pool's ISO before saying so."""
     agents = deps.informer(kinds.VSPHERE_AGENT)
     indexes.install(deps.informers)
-    reconciler = VmReconciler(deps=deps, ejection=ejection)
+    reconciler = VmReconciler(deps=deps, ejection=ejection, iso_quiet=iso_quiet)
 
     def agents_of_pool(obj: JsonObj) -> list[ObjectKey]:
         meta = obj.get("metadata") or {}

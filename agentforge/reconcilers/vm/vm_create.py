@@ -121,10 +121,12 @@ def vm_name(inputs: VmInputs) -> str:
     )
 
 
-def waits_quietly_for_iso(inputs: VmInputs) -> Result | None:
+def waits_quietly_for_iso(
+    inputs: VmInputs, quiet: float = WAITING_FOR_ISO_QUIET_S
+) -> Result | None:
     """A VsphereAgent with no status yet whose pool has no ISO cached, younger than
-    `WAITING_FOR_ISO_QUIET_S`: the pass writes nothing and looks again when that time
-    is up (the pool's ISO, once cached, wakes it sooner: `_pool_changed`)."""
+    `quiet` seconds: the pass writes nothing and looks again when that time is up
+    (the pool's ISO, once cached, wakes it sooner: `_pool_changed`)."""
     agent, pool = inputs.agent, inputs.pool
     if pool is None or pool.status.iso.path or agent.status.creation is not None:
         return None
@@ -133,7 +135,7 @@ def waits_quietly_for_iso(inputs: VmInputs) -> Result | None:
         return None
     if agent.status.vm is not None and agent.status.vm.bios_uuid:
         return None  # a VM recorded: never a wait
-    left = WAITING_FOR_ISO_QUIET_S - (inputs.now - created).total_seconds()
+    left = quiet - (inputs.now - created).total_seconds()
     return Result(requeue_after=left) if left > 0 else None
 
 
