@@ -136,7 +136,7 @@ class _Logged:
     written_at: float
     first_timestamp: str = ""
     """Set while the Event is not created yet (a combined event waits for its first
-    flush); `name` is empty until then."""
+    flush, a burst's first event for the end of its hold); `name` is empty until then."""
 
 
 class EventRecorder:
@@ -365,7 +365,7 @@ class EventRecorder:
             patch["message"] = message
         namespace = logged.correlated.involved.namespace or "default"
         first = ""
-        if not logged.name:  # a combined event's first write: created with its count
+        if not logged.name:  # a combined or held event's first write: created with its count
             first = logged.first_timestamp
         else:
             try:
