@@ -96,14 +96,17 @@ async def test_agent_machines_replaced_while_their_vms_boot_keep_the_vm_count_bo
         await eventually(
             lambda: serving(first), within=60, what=f"a VsphereAgent for each of {first}"
         )
+        # every Machine scaled away so far: an AgentMachine outlives its Machine's deletion
+        # (CAPI drains first), so one replaced in an earlier round may still be listed
+        # without a deletionTimestamp while its VM already serves its replacement
+        gone: set[str] = set()
         for round_ in range(ROUNDS):
-            replaced = await nodepool.scale(DEMAND - REPLACED)  # the newest Machines go
+            gone.update(await nodepool.scale(DEMAND - REPLACED))  # the newest Machines go
             await nodepool.scale(DEMAND)  # ... and the MachineSet replaces them
             live = [
                 m["metadata"]["name"]
                 for m in await nodepool.agent_machines()
-                if not m["metadata"].get("deletionTimestamp")
-                and m["metadata"]["name"] not in replaced
+                if not m["metadata"].get("deletionTimestamp") and m["metadata"]["name"] not in gone
             ]
             await eventually(
                 lambda live=live: serving(live),
