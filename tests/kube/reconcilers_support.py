@@ -89,12 +89,14 @@ async def running_operator(
     registry: vsphere.SessionRegistry | None = None,
     status_interval: float = FAST_STATUS_INTERVAL_S,
     iso_quiet: float = 0.0,
+    first_status_quiet: float = 0.0,
 ) -> AsyncIterator[Operator]:
     """`registry`: a vSphere session registry the caller owns (and logged in before the
-    test body, so its background tasks are not the test's). `status_interval` and
-    `iso_quiet`: the pool's routine status pacing and a new VsphereAgent's quiet wait
-    for its ISO, short here so tests do not wait them out; a test that counts writes
-    passes the shipped values."""
+    test body, so its background tasks are not the test's). `status_interval`,
+    `iso_quiet` and `first_status_quiet`: the pool's routine status pacing, a new
+    VsphereAgent's quiet wait for its ISO and a new pool's for its checks, short here
+    so tests do not wait them out (most run no `infra` controller to report the
+    checks); a test that counts writes passes the shipped values."""
     kubeconfig = controlplane.user_kubeconfig(IDENTITY, ["system:masters"])
     cfg = await cluster_config(kubeconfig)
     retry = kube_client.RetryPolicy(attempts=6, initial_backoff=0.02, max_backoff=0.5)
@@ -127,7 +129,9 @@ async def running_operator(
         )
         controllers = [
             scaleup.controller(deps),
-            pool.controller(deps, status_interval=status_interval),
+            pool.controller(
+                deps, status_interval=status_interval, first_status_quiet=first_status_quiet
+            ),
         ]
         if vsphere_controllers:
             controllers += [

@@ -197,6 +197,7 @@ async def whole(
             registry=world.registry,  # its session is up before the test body
             status_interval=status_pacing.ROUTINE_STATUS_INTERVAL_S,  # shipped: writes counted
             iso_quiet=vm_create.WAITING_FOR_ISO_QUIET_S,
+            first_status_quiet=status_pacing.FIRST_STATUS_QUIET_S,
         ) as op:
             # the credentials' first read and refresh task, too, are the fixture's
             await op.deps.credentials.get(namespace=namespace, name=SECRET, for_namespace=namespace)

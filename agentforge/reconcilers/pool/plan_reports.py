@@ -10,11 +10,13 @@ restart the cached status is the reference. A plan of a nameless `Noop` alone
 (nothing to do) is remembered but not reported.
 
 `AgentsPrepared` names each Agent prepared, once. In a burst the pool prepares an
-Agent every few seconds; one event each would cost a write per VM. So the first
-preparation after a quiet `interval` (30 s, the recorder's flush interval) is
-reported at once, later ones are held and reported together when `interval` has
-passed since the last report (the pool is requeued for that moment), and a failed
-step reports what was held at once. Held names are lost only with the process.
+Agent every few seconds; one event each would cost a write per VM. So preparations
+are held while more of the pool's VMs are on their way (a VsphereAgent being created
+or still Provisioning) and reported together when none is, or when the oldest held
+one is `interval` old (30 s, the recorder's flush interval: a long burst is reported
+every 30 s); a lone preparation is reported at once, the next ones at most every
+`interval`, and a failed step reports what was held at once. Held names are lost
+only with the process.
 
 Pure bookkeeping: no I/O; the caller passes `now`.
 """
@@ -22,7 +24,7 @@ Pure bookkeeping: no I/O; the caller passes `now`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentforge.api.pool import PlannedActionType
@@ -78,24 +80,48 @@ class PreparedReports:
     def __init__(self, *, interval: float = FLUSH_INTERVAL_S) -> None:
         self._interval = interval
         self._held: dict[ObjectKey, list[str]] = {}
+        self._held_since: dict[ObjectKey, datetime] = {}
         self._reported_at: dict[ObjectKey, datetime] = {}
 
     def due(
-        self, key: ObjectKey, prepared: Sequence[str], *, now: datetime, at_once: bool = False
+        self,
+        key: ObjectKey,
+        prepared: Sequence[str],
+        *,
+        now: datetime,
+        at_once: bool = False,
+        more_coming: bool = False,
     ) -> tuple[list[str], float | None]:
-        """(the preparations to report now, seconds until held ones are due or None)."""
+        """(the preparations to report now, seconds until held ones are due or None).
+
+        `more_coming`: more of the pool's VMs are on their way (their preparations
+        are reported with these)."""
         held = self._held.setdefault(key, [])
         held.extend(prepared)
         if not held:
+            self._held_since.pop(key, None)
             return [], None
+        since = self._held_since.setdefault(key, now)
+        age = _seconds(now - since)
         last = self._reported_at.get(key)
-        elapsed = (now - last).total_seconds() if last is not None else self._interval
-        if at_once or elapsed < 0 or elapsed >= self._interval:
+        quiet = _seconds(now - last) if last is not None else self._interval
+        if at_once or age >= self._interval or (not more_coming and quiet >= self._interval):
             self._held[key] = []
+            self._held_since.pop(key, None)
             self._reported_at[key] = now
             return held, None
-        return [], self._interval - elapsed
+        wait = self._interval - age
+        if not more_coming:
+            wait = min(wait, self._interval - quiet)
+        return [], wait
 
     def forget(self, key: ObjectKey) -> None:
         self._held.pop(key, None)
+        self._held_since.pop(key, None)
         self._reported_at.pop(key, None)
+
+
+def _seconds(delta: timedelta) -> float:
+    """Seconds elapsed; a clock set back counts as a long time (do not wait on it)."""
+    seconds = delta.total_seconds()
+    return seconds if seconds >= 0 else float("inf")

@@ -16,13 +16,16 @@ One reconcile, all reads from the informer cache (0002):
    when it differs from the fresh object inside `update_status`): a pool in
    steady state costs no API request at all. Condition transitions are written at
    once; changes of counts, `ownedVMs` and the like at most every few seconds per
-   pool, the last state of a burst always (`status_pacing`).
+   pool, the last state of a burst always; a new pool's first write waits (10 s at
+   most) for the `infra` controller's checks rather than say Ready=Unknown
+   (`status_pacing`).
 6. Events for changed plans, prepared Agents, clean-ups, hand-overs, creations and
    failures (the recorder aggregates repeats): one event per fact, so an Agent
    preparation is reported by `AgentsPrepared` and left out of `Planned`; in a burst,
-   preparations are reported together at most every 30 s (`plan_reports`); capacity
-   metrics; requeue at the planner's next deadline, a paced status write or held
-   report. Everything else is event driven (`pool_watches`).
+   preparations are reported together when it ends, at most 30 s late
+   (`plan_reports`); capacity metrics; requeue at the planner's next deadline, a
+   paced status write or held report. Everything else is event driven
+   (`pool_watches`).
 
 A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
 it requeues quietly. Status writes retry their 409s inside `update_status`.
@@ -38,6 +41,7 @@ from pydantic import ValidationError
 
 from agentforge.api import kinds, names, rbac
 from agentforge.api.pool import VsphereAgentPool
+from agentforge.api.vm import VMPhase
 from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result
 from agentforge.kube.events import EventType
@@ -74,7 +78,11 @@ rbac.needs(kinds.EVENT, "create", "patch", why="events about pools (aggregated)"
 
 class PoolReconciler:
     def __init__(
-        self, deps: Deps, *, status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S
+        self,
+        deps: Deps,
+        *,
+        status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S,
+        first_status_quiet: float = status_pacing.FIRST_STATUS_QUIET_S,
     ) -> None:
         self._deps = deps
         self._client = deps.client
@@ -82,7 +90,9 @@ class PoolReconciler:
         self._vsphere_agents = deps.informer(kinds.VSPHERE_AGENT)
         self._source = pool_snapshot.SnapshotSource(deps)
         self._applier = pool_apply.PlanApplier(deps, self._source, self._event)
-        self._pacer = status_pacing.StatusPacer(interval=status_interval)
+        self._pacer = status_pacing.StatusPacer(
+            interval=status_interval, first_quiet=first_status_quiet
+        )
         self._planned = plan_reports.PlannedReports()
         self._prepared = plan_reports.PreparedReports()
         self._parsed: dict[ObjectKey, tuple[str, VsphereAgentPool]] = {}
@@ -138,10 +148,18 @@ class PoolReconciler:
         )
         change = status_.pool_change(obj.get("status"), desired, now=now)
         paced = self._pacer.delay(key, change, now=now)
+        if (
+            paced is None
+            and change is not status_.Change.NONE
+            and status_.awaits_first_checks(obj.get("status"), desired)
+        ):
+            paced = self._pacer.first_delay(pool.metadata.creation_timestamp, now=now)
         if change is not status_.Change.NONE and paced is None:
             await self._write_status(pool, obj, desired, now=now)
         await self._report(key, obj, plan, failure)
-        reported, held_for = self._prepared.due(key, prepared, now=now, at_once=bool(failure))
+        reported, held_for = self._prepared.due(
+            key, prepared, now=now, at_once=bool(failure), more_coming=_more_coming(plan, owned)
+        )
         if reported:
             approval = ", approval" if pool.spec.agent.approve else ""
             await self._event(
@@ -325,15 +343,28 @@ class PoolReconciler:
             await self._event(pool_obj, PoolEvent.PLANNED, message)
 
 
+def _more_coming(plan: planner.Plan, owned: list[JsonObj]) -> bool:
+    """More of the pool's VMs are on their way to a prepared Agent: a VsphereAgent being
+    created, or an owned VM still Provisioning (its Agent not discovered yet)."""
+    return plan.counts.creating > 0 or any(vm.get("phase") == VMPhase.PROVISIONING for vm in owned)
+
+
 def controller(
-    deps: Deps, *, status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S
+    deps: Deps,
+    *,
+    status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S,
+    first_status_quiet: float = status_pacing.FIRST_STATUS_QUIET_S,
 ) -> Controller:
     """The `pool` controller over the app's informers (indexes installed here);
-    `status_interval`: the pacing of routine status writes (`status_pacing`)."""
+    `status_interval`, `first_status_quiet`: the pacing of routine status writes and
+    how long a new pool's first write waits for its checks (`status_pacing`)."""
     indexes.install(deps.informers)
+    reconciler = PoolReconciler(
+        deps, status_interval=status_interval, first_status_quiet=first_status_quiet
+    )
     return Controller(
         name=CONTROLLER_NAME,
-        reconcile=PoolReconciler(deps, status_interval=status_interval).reconcile,
+        reconcile=reconciler.reconcile,
         watches=pool_watches.watches(deps.informers),
         workers=deps.workers,
     )

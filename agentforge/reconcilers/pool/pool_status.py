@@ -244,12 +244,7 @@ def apply_pool(status: JsonObj, desired: DesiredPoolStatus, *, now: datetime) ->
             changed = True
     current = [dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping)]
     work: JsonObj = {"conditions": current}
-    ready = desired.ready or pool_conditions.ready(
-        decided=desired.conditions,
-        vsphere=_observed(status, PoolConditionType.VSPHERE_READY),
-        iso=_observed(status, PoolConditionType.ISO_READY),
-    )
-    for decision in (*desired.conditions, ready):
+    for decision in (*desired.conditions, _ready(status, desired)):
         changed |= conditions.set_condition(
             work,
             type=decision.type,
@@ -291,6 +286,25 @@ def _states(status: Mapping[str, Any]) -> dict[str, Any]:
         for c in status.get("conditions") or ()
         if isinstance(c, Mapping)
     }
+
+
+def _ready(status: Mapping[str, Any], desired: DesiredPoolStatus) -> ConditionDecision:
+    return desired.ready or pool_conditions.ready(
+        decided=desired.conditions,
+        vsphere=_observed(status, PoolConditionType.VSPHERE_READY),
+        iso=_observed(status, PoolConditionType.ISO_READY),
+    )
+
+
+def awaits_first_checks(status: Mapping[str, Any] | None, desired: DesiredPoolStatus) -> bool:
+    """The pool controller never wrote this status (no `observedGeneration`) and its
+    first write would say Ready=Unknown: the `infra` controller's vSphere and ISO
+    checks of a new pool are still running."""
+    status = status or {}
+    return (
+        "observedGeneration" not in status
+        and _ready(status, desired).status == ConditionStatus.UNKNOWN
+    )
 
 
 def pool_change(

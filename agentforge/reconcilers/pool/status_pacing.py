@@ -18,6 +18,12 @@ change, without holding back what users and alerts watch:
   reconcile writes the then current state (the trailing edge: the last state of a
   burst is always written, at most `interval` late).
 
+A new pool's **first** write waits up to `first_quiet` (10 s from its creation) while
+it would say Ready=Unknown (`AwaitingChecks`): the `infra` controller's vSphere and
+ISO checks usually end within that time, and their status write wakes the pool,
+whose first write then carries the checks' outcome and the demand together instead
+of an Unknown first and the transition right after.
+
 The trade-off: `kubectl get` may show counts and `ownedVMs` up to `interval`
 seconds behind the VsphereAgents (whose own `status.vm` is written at once), and
 intermediate values inside that window are never written. Nothing else reads them:
@@ -34,17 +40,26 @@ from typing import Final
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.pool.pool_status import Change
 
-__all__ = ["ROUTINE_STATUS_INTERVAL_S", "StatusPacer"]
+__all__ = ["FIRST_STATUS_QUIET_S", "ROUTINE_STATUS_INTERVAL_S", "StatusPacer"]
 
 ROUTINE_STATUS_INTERVAL_S: Final = 10.0
 """How often at most a pool's status is written for routine changes alone."""
+
+FIRST_STATUS_QUIET_S: Final = 10.0
+"""How long after its creation a new pool's first status write waits for its checks."""
 
 
 class StatusPacer:
     """When each object's status may be written next (one instance per controller)."""
 
-    def __init__(self, *, interval: float = ROUTINE_STATUS_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        *,
+        interval: float = ROUTINE_STATUS_INTERVAL_S,
+        first_quiet: float = FIRST_STATUS_QUIET_S,
+    ) -> None:
         self._interval = interval
+        self._first_quiet = first_quiet
         self._written: dict[ObjectKey, datetime] = {}
 
     def delay(self, key: ObjectKey, change: Change, *, now: datetime) -> float | None:
@@ -58,6 +73,16 @@ class StatusPacer:
         if elapsed < 0 or elapsed >= self._interval:  # a clock set back: do not wait on it
             return None
         return self._interval - elapsed
+
+    def first_delay(self, created: datetime | None, *, now: datetime) -> float | None:
+        """None: write the first status now; else seconds until it is written anyway
+        (the caller asks only while that write would say Ready=Unknown)."""
+        if created is None:
+            return None
+        age = (now - created).total_seconds()
+        if age < 0 or age >= self._first_quiet:  # a clock behind the API server's: no wait
+            return None
+        return self._first_quiet - age
 
     def wrote(self, key: ObjectKey, *, now: datetime) -> None:
         self._written[key] = now

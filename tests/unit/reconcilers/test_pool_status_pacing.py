@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from agentforge.api import kinds, names
 from agentforge.api.conditions import ConditionStatus, PoolConditionType
+from agentforge.api.fields import format_time
 from agentforge.api.pool import PlannedActionType
 from agentforge.kube.controller import Result
 from agentforge.kube.events import FLUSH_INTERVAL_S
@@ -263,3 +264,84 @@ def test_prepared_reports_hold_a_burst_and_report_a_failure_at_once() -> None:
     assert reports.due(key, ["a3"], now=later + timedelta(seconds=30)) == (["a3"], None)
     reports.forget(key)
     assert reports.due(key, ["a4"], now=later) == (["a4"], None)
+
+
+def test_prepared_reports_wait_for_the_end_of_a_burst_or_the_interval() -> None:
+    reports = plan_reports.PreparedReports(interval=30.0)
+    key = ObjectKey("ns/p")
+    # more VMs on their way: held, however quiet the pool was before
+    assert reports.due(key, ["a1"], now=NOW, more_coming=True) == ([], 30.0)
+    later = NOW + timedelta(seconds=10)
+    assert reports.due(key, ["a2"], now=later, more_coming=True) == ([], 20.0)
+    # the burst's last one: all of them together
+    assert reports.due(key, ["a3"], now=later) == (["a1", "a2", "a3"], None)
+    # a long burst is reported every 30 s counted from the oldest held one
+    start = later + timedelta(seconds=40)
+    assert reports.due(key, ["a4"], now=start, more_coming=True) == ([], 30.0)
+    assert reports.due(key, ["a5"], now=start + timedelta(seconds=30), more_coming=True) == (
+        ["a4", "a5"],
+        None,
+    )
+    # a lone one right after a report waits for the rest of the interval
+    assert reports.due(key, ["a6"], now=start + timedelta(seconds=35)) == ([], 25.0)
+
+
+def test_the_first_status_write_waits_for_the_checks_at_most_the_quiet_time() -> None:
+    pacer = status_pacing.StatusPacer(interval=INTERVAL, first_quiet=10.0)
+    assert pacer.first_delay(None, now=NOW) is None  # no creation time: at once
+    assert pacer.first_delay(NOW - timedelta(seconds=4), now=NOW) == 6.0
+    assert pacer.first_delay(NOW - timedelta(seconds=10), now=NOW) is None
+    assert pacer.first_delay(NOW + timedelta(seconds=2), now=NOW) is None  # clock behind
+
+
+def _checked(obj: dict) -> dict:  # type: ignore[type-arg]
+    """The pool as the `infra` controller leaves it after checks that passed."""
+    when = format_time(NOW)
+    obj["status"] = {
+        "conditions": [
+            {"type": t, "status": "True", "reason": r, "message": "", "lastTransitionTime": when}
+            for t, r in (("VsphereReady", "VsphereConnected"), ("ISOReady", "ISOCached"))
+        ],
+        "iso": {"path": "[iso-ds] agent-forge/x.iso"},
+    }
+    return obj
+
+
+async def test_a_new_pool_writes_its_first_status_once_its_checks_are_reported() -> None:
+    fresh = pool_obj()
+    fresh["metadata"]["creationTimestamp"] = format_time(NOW - timedelta(seconds=3))
+    h = harness(fresh, infra_env_obj(), agent_machine_obj("am-1"), machine_obj("am-1"))
+    clock = Clock()
+    reconciler = pool.PoolReconciler(dataclasses.replace(h.deps, now=clock))
+    result = await reconciler.reconcile(KEY)
+    h.sync()
+    assert pool_writes(h) == 0, "Ready=Unknown is not worth a write of its own"
+    assert result is not None
+    assert result.requeue_after is not None
+    assert result.requeue_after <= status_pacing.FIRST_STATUS_QUIET_S - 3.0
+
+    clock.advance(1.0)  # the infra controller reports its checks: the pool is woken
+    h.api.put(_checked(h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL) or {}))
+    h.sync()
+    await reconciler.reconcile(KEY)
+    h.sync()
+    assert pool_writes(h) == 1
+    ready = {c["type"]: c["status"] for c in written(h)["conditions"]}
+    assert ready["Ready"] == "True"
+    assert written(h)["agentMachines"] == 1
+
+
+async def test_a_new_pool_whose_checks_take_long_says_so_after_the_quiet_time() -> None:
+    fresh = pool_obj()
+    fresh["metadata"]["creationTimestamp"] = format_time(NOW)
+    h = harness(fresh, infra_env_obj())
+    clock = Clock()
+    reconciler = pool.PoolReconciler(dataclasses.replace(h.deps, now=clock))
+    await reconciler.reconcile(KEY)
+    assert pool_writes(h) == 0
+    clock.advance(status_pacing.FIRST_STATUS_QUIET_S)
+    await reconciler.reconcile(KEY)
+    h.sync()
+    assert pool_writes(h) == 1
+    ready = next(c for c in written(h)["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "AwaitingChecks")
