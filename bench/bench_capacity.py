@@ -65,6 +65,8 @@ from sim.world import World
 
 POOLS = int(os.environ.get("AGENT_FORGE_BENCH_CAPACITY_POOLS", "20"))
 REPLICAS = int(os.environ.get("AGENT_FORGE_BENCH_CAPACITY_REPLICAS", "10"))
+MORE = max(1, REPLICAS // 2)
+"""Replicas each pool gains in the second burst (on pools that exist)."""
 WORKERS = os.environ.get("AGENT_FORGE_BENCH_CAPACITY_WORKERS", "")
 """Empty: the shipped default of `--max-concurrent-reconciles`."""
 STEADY_SECONDS = float(os.environ.get("AGENT_FORGE_BENCH_STEADY_SECONDS", "120"))
@@ -612,6 +614,28 @@ async def run(ctx: Context) -> Section:
         reval = reval_after.api - reval_before.api
         vs_reval = reval_after.vsphere - reval_before.vsphere
 
+        # 5. a second burst, on the pools that exist ----------------------------------
+        ctx.step(f"a second burst: {MORE} more replicas on each of the {POOLS} pools")
+        await world.capi.stop()  # binding held back again, as in 1.
+        second_start = await mark()
+        await asyncio.gather(*(world.nodepool(pool).scale(REPLICAS + MORE) for pool in pools))
+        second_demand = time.monotonic()
+        listed = (
+            await world.client.list(kinds.AGENT_MACHINE, namespace=world.control_plane_namespace)
+        ).items
+        more_pools = {
+            am["metadata"]["name"]: _nodepool_of(am)
+            for am in listed
+            if am["metadata"]["name"] not in am_pools
+        }
+        ready2, prepared2_at = await _wait_prepared(ctx, world, more_pools, proxy, identity)
+        if not await _quiet(proxy, identity, within=SETTLE_WITHIN):
+            busy_after.append("the second burst")
+        second = await mark()
+        phase5 = second.api - second_start.api
+        vs5 = second.vsphere - second_start.vsphere
+        events5 = await _events(world) - events1
+
         running = op.running()
         problems = [*world.violations, *world.failures()]
 
@@ -691,6 +715,19 @@ async def run(ctx: Context) -> Section:
         "calls/min",
     )
 
+    more = POOLS * MORE
+    complete2 = ready2 == more
+    section.add(
+        f"second burst: {more} more AgentMachines on the existing pools, to prepared",
+        prepared2_at - second_demand if complete2 else None,
+        "s",
+    )
+    section.add("second burst: AgentMachines with a prepared Agent", ready2, f"of {more}")
+    section.add("second burst: API writes per VM", phase5.writes / more, "writes")
+    for verb, resource, n in phase5.rows(WRITE_VERBS):
+        section.add(f"  per VM: {verb} {_short(resource)}", n / more, "writes")
+    section.add("second burst: vSphere requests per VM", vs5.requests / more, "requests")
+
     # --- notes -------------------------------------------------------------------------
     window_has_check = next_check is not None and window_start <= next_check <= window_end
     section.notes += [
@@ -756,6 +793,16 @@ async def run(ctx: Context) -> Section:
         f"{iso_after.not_modified - iso_before.not_modified} not modified. The per-minute "
         "estimates multiply it by the pools and divide by the interval.",
     ]
+    section.notes.append(
+        f"Second burst (after the revalidation): CAPI's binding held back again, each "
+        f"NodePool scaled from {REPLICAS} to {REPLICAS + MORE}; clock from the scale to "
+        f"every new AgentMachine having a prepared Agent; counts until the operator made no "
+        f"request for {QUIET_SECONDS:g} s. What a scale-up of pools that exist costs, "
+        f"without the pools' own set-up (finalizer, first status, ISO cached, "
+        f"`ISOUploaded`) that zero to prepared includes. API writes "
+        f"{phase5.breakdown(WRITE_VERBS)}; 409 Conflicts: {_conflicts(phase5)}; Events "
+        f"{events5.summary()}; vSphere {vs5.breakdown()}."
+    )
     if stuck:
         section.notes.append(
             f"Why {vms - ready} AgentMachine(s) got no prepared Agent: " + " ".join(stuck)
@@ -785,6 +832,10 @@ class EventCensus:
 
     objects: Counter[tuple[str, str]] = field(default_factory=Counter)
     occurrences: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def __sub__(self, other: EventCensus) -> EventCensus:
+        """What was written since `other` (a new Event, or a count that rose)."""
+        return EventCensus(self.objects - other.objects, self.occurrences - other.occurrences)
 
     def summary(self) -> str:
         rows = sorted(self.objects.items(), key=lambda item: (-item[1], item[0]))

@@ -22,7 +22,10 @@ Promises:
   burst of similar events costs one write per Event per 30 s, not one per
   occurrence. A combined event (above) is created with the count it has reached
   `flush_interval` after its own first occurrence (the burst's second object): one
-  create for a burst of up to 30 s, not a create and a patch soon after. The
+  create for a burst of up to 30 s, not a create and a patch soon after. A later
+  burst onto the same combined Event (its first event folded in as above) is one
+  patch, `flush_interval` after that burst's second object, however long the
+  group's Event was quiet before. The
   writes are made by one flusher task: for the recorder's life after `start()`
   (the app's), else only while something is
   pending. `flush()` writes everything pending now (a clean shutdown does),
@@ -302,6 +305,11 @@ class EventRecorder:
             logged.count += 1
             logged.correlated = correlated
             logged.last_timestamp = stamp
+            if correlated.combined:  # a burst again, onto the group's Event of an earlier one
+                self._fold_held(key, logged)
+                if key not in self._due:  # its count written once the burst is 30 s old
+                    self._schedule(key, self._clock() + self._flush_interval)
+                return
             due = logged.written_at + self._flush_interval
             if self._clock() >= due and key not in self._due:
                 await self._write(key, logged)
@@ -320,7 +328,8 @@ class EventRecorder:
         self._logged.pop(first_key)
         self._due.pop(first_key, None)
         combined.count += first.count
-        combined.first_timestamp = first.first_timestamp
+        if not combined.name:  # (an Event created already keeps its firstTimestamp)
+            combined.first_timestamp = first.first_timestamp
 
     async def _create(
         self,

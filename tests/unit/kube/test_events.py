@@ -232,6 +232,28 @@ async def test_a_burst_is_one_event_on_the_pool_created_with_its_count() -> None
     assert writer.writes() == 2
 
 
+async def test_a_later_burst_is_one_patch_of_the_pools_event_its_first_folded_in() -> None:
+    writer = FakeWriter()
+    rec = recorder(writer)
+    for i in range(1, 4):
+        await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
+    await asyncio.sleep(FLUSH + 1)
+    (combined,) = writer.by_reason("VMCreated")
+    assert (combined["count"], writer.writes()) == (3, 1)
+    first_seen = combined["firstTimestamp"]
+
+    await asyncio.sleep(120)  # quiet: the next scale-up is a burst of its own
+    for i in range(4, 10):
+        await normal(rec, obj(f"va{i}"), "VMCreated", f"VM vm{i} is running", group=POOL)
+        await asyncio.sleep(2)
+    assert writer.writes() == 1  # va4's held, folded by va5's; the count waits
+    await asyncio.sleep(FLUSH)
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMCreated")] == ["pool"]
+    assert combined["count"] == 9
+    assert combined["firstTimestamp"] == first_seen
+    assert writer.writes() == 2  # one patch for the whole second burst
+
+
 async def test_a_vm_made_alone_keeps_its_event_held_for_a_moment() -> None:
     writer = FakeWriter()
     rec = recorder(writer)
