@@ -7,7 +7,11 @@ would only bump the event's count. The list last reported is remembered per pool
 because the status write that records `plannedActions` may be paced
 (`status_pacing`) and the cached status then still shows the one before; after a
 restart the cached status is the reference. A plan of a nameless `Noop` alone
-(nothing to do) is remembered but not reported.
+(nothing to do) is remembered but not reported. A plan that comes back to the list
+last reported less than `interval` (30 s) after that list was last planned is the
+same plan too: in a burst the pool flips between a `DemandDeficit` (an AgentMachine
+not served yet) and nothing to do with every AgentMachine, and reporting each flip
+would only bump the event's count.
 
 `AgentsPrepared` names each Agent prepared, once. In a burst the pool prepares an
 Agent every few seconds; one event each would cost a write per VM. So preparations
@@ -48,11 +52,19 @@ def _part(type_: str, name: object) -> str:
 class PlannedReports:
     """The `Planned` list last reported per pool (one instance per controller)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, interval: float = FLUSH_INTERVAL_S) -> None:
+        self._interval = interval
         self._reported: dict[ObjectKey, list[str]] = {}
+        self._last: dict[ObjectKey, tuple[list[str], datetime]] = {}
+        """The list last reported, and when it was last planned."""
 
     def message(
-        self, key: ObjectKey, actions: Sequence[Action], status: Mapping[str, Any] | None
+        self,
+        key: ObjectKey,
+        actions: Sequence[Action],
+        status: Mapping[str, Any] | None,
+        *,
+        now: datetime,
     ) -> str | None:
         """The `Planned` event's message when one is due for this plan, else None."""
         reported = [a for a in actions if a.type is not PlannedActionType.PATCH_AGENT]
@@ -65,13 +77,20 @@ class PlannedReports:
                 if isinstance(a, dict) and a.get("type") != PlannedActionType.PATCH_AGENT.value
             ]
         self._reported[key] = current
+        last = self._last.get(key)
+        if last is not None and current == last[0]:
+            self._last[key] = (current, now)
+            if _seconds(now - last[1]) < self._interval:
+                return None  # back to the plan reported a moment ago: the same plan
         only_noop = all(a.type is PlannedActionType.NOOP and a.name is None for a in reported)
         if current == previous or only_noop:
             return None
+        self._last[key] = (current, now)
         return f"planned {len(reported)} action(s): {summary(current)}"
 
     def forget(self, key: ObjectKey) -> None:
         self._reported.pop(key, None)
+        self._last.pop(key, None)
 
 
 class PreparedReports:

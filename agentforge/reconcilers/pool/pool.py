@@ -156,7 +156,7 @@ class PoolReconciler:
             paced = self._pacer.first_delay(pool.metadata.creation_timestamp, now=now)
         if change is not status_.Change.NONE and paced is None:
             await self._write_status(pool, obj, desired, now=now)
-        await self._report(key, obj, plan, failure)
+        await self._report(key, obj, plan, failure, now=now)
         reported, held_for = self._prepared.due(
             key, prepared, now=now, at_once=bool(failure), more_coming=_more_coming(plan, owned)
         )
@@ -332,13 +332,19 @@ class PoolReconciler:
         )
 
     async def _report(
-        self, key: ObjectKey, pool_obj: JsonObj, plan: planner.Plan, failure: str | None
+        self,
+        key: ObjectKey,
+        pool_obj: JsonObj,
+        plan: planner.Plan,
+        failure: str | None,
+        *,
+        now: datetime,
     ) -> None:
         if failure is not None:
             await self._event(
                 pool_obj, PoolEvent.APPLY_FAILED, f"VsphereAgentPool {key}: {failure}", warning=True
             )
-        message = self._planned.message(key, plan.actions, pool_obj.get("status"))
+        message = self._planned.message(key, plan.actions, pool_obj.get("status"), now=now)
         if message is not None:
             await self._event(pool_obj, PoolEvent.PLANNED, message)
 

@@ -164,8 +164,26 @@ def test_a_deficit_whose_numbers_move_is_the_same_plan() -> None:
     def deficit(n: int) -> tuple[Action, ...]:
         return (Action(PlannedActionType.DEMAND_DEFICIT, None, f"{n} more VM(s) needed"),)
 
-    messages = [reports.message(KEY, deficit(n), None) for n in (1, 2, 3)]
+    messages = [reports.message(KEY, deficit(n), None, now=NOW) for n in (1, 2, 3)]
     assert messages == ["planned 1 action(s): DemandDeficit", None, None]
+
+
+def test_a_plan_flipping_back_to_the_one_just_reported_is_not_reported_again() -> None:
+    reports = plan_reports.PlannedReports(interval=30.0)
+    deficit = (Action(PlannedActionType.DEMAND_DEFICIT, None, "1 more VM(s) needed"),)
+    nothing = (Action(PlannedActionType.NOOP, None, "nothing to do"),)
+    delete = (Action(PlannedActionType.DELETE_VM, "vm-1", "surplus"),)
+    at = [NOW + timedelta(seconds=s) for s in range(0, 200, 10)]
+    # a burst: every AgentMachine flips the plan to a deficit and back
+    flips = [reports.message(KEY, deficit if i % 2 == 0 else nothing, None, now=at[i])
+             for i in range(8)]  # fmt: skip
+    assert flips == ["planned 1 action(s): DemandDeficit", *[None] * 7]
+    # another plan in between is reported, and so is the deficit after it
+    assert reports.message(KEY, delete, None, now=at[8]) == "planned 1 action(s): DeleteVM/vm-1"
+    assert reports.message(KEY, deficit, None, now=at[9]) == "planned 1 action(s): DemandDeficit"
+    # the deficit again long after it was last planned: a new scale-up, reported
+    assert reports.message(KEY, nothing, None, now=at[10]) is None
+    assert reports.message(KEY, deficit, None, now=at[19]) == "planned 1 action(s): DemandDeficit"
 
 
 def test_the_pacer_waits_only_for_routine_changes_of_a_recently_written_key() -> None:
