@@ -28,13 +28,14 @@ Pure bookkeeping: no I/O; the caller passes `now`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from agentforge.api.pool import PlannedActionType
 from agentforge.kube.events import FLUSH_INTERVAL_S
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.planner import Action
+from agentforge.reconcilers.pool.status_pacing import elapsed
 
 __all__ = ["PlannedReports", "PreparedReports", "summary"]
 
@@ -80,7 +81,7 @@ class PlannedReports:
         last = self._last.get(key)
         if last is not None and current == last[0]:
             self._last[key] = (current, now)
-            if _seconds(now - last[1]) < self._interval:
+            if elapsed(now, last[1]) < self._interval:
                 return None  # back to the plan reported a moment ago: the same plan
         only_noop = all(a.type is PlannedActionType.NOOP and a.name is None for a in reported)
         if current == previous or only_noop:
@@ -121,9 +122,9 @@ class PreparedReports:
             self._held_since.pop(key, None)
             return [], None
         since = self._held_since.setdefault(key, now)
-        age = _seconds(now - since)
+        age = elapsed(now, since)
         last = self._reported_at.get(key)
-        quiet = _seconds(now - last) if last is not None else self._interval
+        quiet = elapsed(now, last) if last is not None else self._interval
         if at_once or age >= self._interval or (not more_coming and quiet >= self._interval):
             self._held[key] = []
             self._held_since.pop(key, None)
@@ -138,9 +139,3 @@ class PreparedReports:
         self._held.pop(key, None)
         self._held_since.pop(key, None)
         self._reported_at.pop(key, None)
-
-
-def _seconds(delta: timedelta) -> float:
-    """Seconds elapsed; a clock set back counts as a long time (do not wait on it)."""
-    seconds = delta.total_seconds()
-    return seconds if seconds >= 0 else float("inf")

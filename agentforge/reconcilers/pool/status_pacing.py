@@ -40,13 +40,20 @@ from typing import Final
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.pool.pool_status import Change
 
-__all__ = ["FIRST_STATUS_QUIET_S", "ROUTINE_STATUS_INTERVAL_S", "StatusPacer"]
+__all__ = ["FIRST_STATUS_QUIET_S", "ROUTINE_STATUS_INTERVAL_S", "StatusPacer", "elapsed"]
 
 ROUTINE_STATUS_INTERVAL_S: Final = 10.0
 """How often at most a pool's status is written for routine changes alone."""
 
 FIRST_STATUS_QUIET_S: Final = 10.0
 """How long after its creation a new pool's first status write waits for its checks."""
+
+
+def elapsed(now: datetime, since: datetime) -> float:
+    """Seconds from `since` to `now`; a clock set back counts as a long time (nothing
+    waits on it)."""
+    seconds = (now - since).total_seconds()
+    return seconds if seconds >= 0 else float("inf")
 
 
 class StatusPacer:
@@ -69,20 +76,16 @@ class StatusPacer:
         last = self._written.get(key)
         if last is None:
             return None
-        elapsed = (now - last).total_seconds()
-        if elapsed < 0 or elapsed >= self._interval:  # a clock set back: do not wait on it
-            return None
-        return self._interval - elapsed
+        since = elapsed(now, last)
+        return None if since >= self._interval else self._interval - since
 
     def first_delay(self, created: datetime | None, *, now: datetime) -> float | None:
         """None: write the first status now; else seconds until it is written anyway
         (the caller asks only while that write would say Ready=Unknown)."""
         if created is None:
             return None
-        age = (now - created).total_seconds()
-        if age < 0 or age >= self._first_quiet:  # a clock behind the API server's: no wait
-            return None
-        return self._first_quiet - age
+        age = elapsed(now, created)  # (a clock behind the API server's: no wait)
+        return None if age >= self._first_quiet else self._first_quiet - age
 
     def wrote(self, key: ObjectKey, *, now: datetime) -> None:
         self._written[key] = now
