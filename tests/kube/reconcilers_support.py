@@ -88,12 +88,14 @@ async def running_operator(
     vsphere_controllers: bool = False,
     registry: vsphere.SessionRegistry | None = None,
     status_interval: float = FAST_STATUS_INTERVAL_S,
+    status_burst_interval: float = FAST_STATUS_INTERVAL_S,
     iso_quiet: float = 0.0,
     first_status_quiet: float = 0.0,
 ) -> AsyncIterator[Operator]:
     """`registry`: a vSphere session registry the caller owns (and logged in before the
     test body, so its background tasks are not the test's). `status_interval`,
-    `iso_quiet` and `first_status_quiet`: the pool's routine status pacing, a new
+    `status_burst_interval`, `iso_quiet` and `first_status_quiet`: the pool's routine
+    status pacing (while VMs are on their way too), a new
     VsphereAgent's quiet wait for its ISO and a new pool's for its checks, short here
     so tests do not wait them out (most run no `infra` controller to report the
     checks); a test that counts writes passes the shipped values."""
@@ -130,7 +132,10 @@ async def running_operator(
         controllers = [
             scaleup.controller(deps),
             pool.controller(
-                deps, status_interval=status_interval, first_status_quiet=first_status_quiet
+                deps,
+                status_interval=status_interval,
+                status_burst_interval=status_burst_interval,
+                first_status_quiet=first_status_quiet,
             ),
         ]
         if vsphere_controllers:

@@ -196,6 +196,7 @@ async def whole(
             vsphere_controllers=True,
             registry=world.registry,  # its session is up before the test body
             status_interval=status_pacing.ROUTINE_STATUS_INTERVAL_S,  # shipped: writes counted
+            status_burst_interval=status_pacing.BURST_STATUS_INTERVAL_S,
             iso_quiet=vm_create.WAITING_FOR_ISO_QUIET_S,
             first_status_quiet=status_pacing.FIRST_STATUS_QUIET_S,
         ) as op:

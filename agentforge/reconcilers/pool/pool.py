@@ -15,8 +15,9 @@ One reconcile, all reads from the informer cache (0002):
 5. Write the pool status once, only when it differs from the cache (and again only
    when it differs from the fresh object inside `update_status`): a pool in
    steady state costs no API request at all. Condition transitions are written at
-   once; changes of counts, `ownedVMs` and the like at most every few seconds per
-   pool, the last state of a burst always; a new pool's first write waits (10 s at
+   once; changes of counts, `ownedVMs` and the like at most every 10 s per pool
+   (30 s while VMs are on their way or the pass changed the pool's objects), the last
+   state of a burst always; a new pool's first write waits (10 s at
    most) for the `infra` controller's checks rather than say Ready=Unknown
    (`status_pacing`).
 6. Events for changed plans, prepared Agents, clean-ups, hand-overs, creations and
@@ -29,11 +30,19 @@ One reconcile, all reads from the informer cache (0002):
 
 A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
 it requeues quietly. Status writes retry their 409s inside `update_status`.
+
+Read your writes: the versions the finalizer patch and status writes stored are
+reported to the controller, which holds the pool's key until its cache shows a newer
+one (rechecked every 0.2 s, `Controller.wrote`). A reconcile a moment after a status
+write judged its change against the status it had just written over: counts moving
+by one looked like a transition and were written at once, a second status write per
+pool within a quarter second in every burst.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -82,6 +91,7 @@ class PoolReconciler:
         deps: Deps,
         *,
         status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S,
+        status_burst_interval: float = status_pacing.BURST_STATUS_INTERVAL_S,
         first_status_quiet: float = status_pacing.FIRST_STATUS_QUIET_S,
     ) -> None:
         self._deps = deps
@@ -91,11 +101,26 @@ class PoolReconciler:
         self._source = pool_snapshot.SnapshotSource(deps)
         self._applier = pool_apply.PlanApplier(deps, self._source, self._event)
         self._pacer = status_pacing.StatusPacer(
-            interval=status_interval, first_quiet=first_status_quiet
+            interval=status_interval,
+            burst_interval=status_burst_interval,
+            first_quiet=first_status_quiet,
         )
         self._planned = plan_reports.PlannedReports()
         self._prepared = plan_reports.PreparedReports()
         self._parsed: dict[ObjectKey, tuple[str, VsphereAgentPool]] = {}
+        self._wrote: Callable[[ObjectKey, str], None] | None = None
+
+    def bind(self, wrote: Callable[[ObjectKey, str], None]) -> None:
+        """Report the versions this reconciler's writes of the pool stored (the
+        controller's read-your-writes guard, `Controller.wrote`): a reconcile soon after
+        a status write must not judge its change from the cached status it wrote over,
+        where every routine change looked like a transition and was written at once."""
+        self._wrote = wrote
+
+    def _saw(self, pool: VsphereAgentPool, stored: JsonObj | None) -> None:
+        version = ((stored or {}).get("metadata") or {}).get("resourceVersion")
+        if self._wrote is not None and isinstance(version, str) and version:
+            self._wrote(ObjectKey(f"{pool.metadata.namespace}/{pool.metadata.name}"), version)
 
     # --- the reconcile ---------------------------------------------------------------
 
@@ -147,7 +172,8 @@ class PoolReconciler:
             ready=pool_conditions.failed(message=failure, forbidden=forbidden) if failure else None,
         )
         change = status_.pool_change(obj.get("status"), desired, now=now)
-        paced = self._pacer.delay(key, change, now=now)
+        more_coming = _more_coming(plan, owned)
+        paced = self._pacer.delay(key, change, now=now, busy=more_coming or _acted(plan))
         if (
             paced is None
             and change is not status_.Change.NONE
@@ -158,7 +184,7 @@ class PoolReconciler:
             await self._write_status(pool, obj, desired, now=now)
         await self._report(key, obj, plan, failure, now=now)
         reported, held_for = self._prepared.due(
-            key, prepared, now=now, at_once=bool(failure), more_coming=_more_coming(plan, owned)
+            key, prepared, now=now, at_once=bool(failure), more_coming=more_coming
         )
         if reported:
             approval = ", approval" if pool.spec.agent.approve else ""
@@ -225,7 +251,7 @@ class PoolReconciler:
             return fresh if status_.apply_pool(status, desired, now=now) else None
 
         try:
-            await self._client.update_status(
+            stored = await self._client.update_status(
                 kinds.VSPHERE_AGENT_POOL,
                 namespace=pool.metadata.namespace,
                 name=pool.metadata.name,
@@ -233,6 +259,7 @@ class PoolReconciler:
             )
         except errors.NotFound:
             return
+        self._saw(pool, stored)
 
     # --- finalizer ---------------------------------------------------------------------
 
@@ -256,7 +283,7 @@ class PoolReconciler:
             }
         }
         try:
-            await self._client.patch_merge(
+            stored = await self._client.patch_merge(
                 kinds.VSPHERE_AGENT_POOL,
                 namespace=pool.metadata.namespace,
                 name=pool.metadata.name,
@@ -272,6 +299,7 @@ class PoolReconciler:
                 exc,
             )
             return False
+        self._saw(pool, stored)
         return True
 
     async def _finalize(
@@ -349,6 +377,22 @@ class PoolReconciler:
             await self._event(pool_obj, PoolEvent.PLANNED, message)
 
 
+def _acted(plan: planner.Plan) -> bool:
+    """The plan changed the pool's objects (Agents prepared or unlabelled, VsphereAgents
+    created, handed over or deleted): their watch events bring the next reconcile at
+    once, and its plan (nothing to do, in the end) is what the status should say. The
+    burst's last preparation wrote `PatchAgent` into `plannedActions` and the next
+    reconcile `Noop`, a second write 10 s after the burst's end."""
+    return bool(
+        plan.patches
+        or plan.creations
+        or plan.deletions
+        or plan.handovers
+        or plan.spare_creations
+        or plan.unlabels
+    )
+
+
 def _more_coming(plan: planner.Plan, owned: list[JsonObj]) -> bool:
     """More of the pool's VMs are on their way to a prepared Agent: a VsphereAgent being
     created, or an owned VM still Provisioning (its Agent not discovered yet)."""
@@ -359,18 +403,26 @@ def controller(
     deps: Deps,
     *,
     status_interval: float = status_pacing.ROUTINE_STATUS_INTERVAL_S,
+    status_burst_interval: float = status_pacing.BURST_STATUS_INTERVAL_S,
     first_status_quiet: float = status_pacing.FIRST_STATUS_QUIET_S,
 ) -> Controller:
     """The `pool` controller over the app's informers (indexes installed here);
-    `status_interval`, `first_status_quiet`: the pacing of routine status writes and
-    how long a new pool's first write waits for its checks (`status_pacing`)."""
+    `status_interval`, `status_burst_interval`, `first_status_quiet`: the pacing of
+    routine status writes, while VMs are on their way too, and how long a new pool's
+    first write waits for its checks (`status_pacing`)."""
     indexes.install(deps.informers)
     reconciler = PoolReconciler(
-        deps, status_interval=status_interval, first_status_quiet=first_status_quiet
+        deps,
+        status_interval=status_interval,
+        status_burst_interval=status_burst_interval,
+        first_status_quiet=first_status_quiet,
     )
-    return Controller(
+    built = Controller(
         name=CONTROLLER_NAME,
         reconcile=reconciler.reconcile,
         watches=pool_watches.watches(deps.informers),
         workers=deps.workers,
+        stale_recheck=_CACHE_WAIT,
     )
+    reconciler.bind(built.wrote)
+    return built

@@ -16,7 +16,15 @@ change, without holding back what users and alerts watch:
   written at once when the object's last write is at least
   `interval` old; otherwise the reconcile asks to be run again when it is, and that
   reconcile writes the then current state (the trailing edge: the last state of a
-  burst is always written, at most `interval` late).
+  burst is always written, at most `interval` late);
+* while the pool is **busy** (more of its VMs on their way: a VsphereAgent being
+  created, or a VM Provisioning until its Agent registers, minutes on real hardware;
+  or the reconcile itself changed the pool's objects, whose watch events bring the
+  next one at once) routine changes wait `burst_interval` (30 s, the cadence of the
+  pool's burst Events) instead; the first reconcile after the last VM's Agent was
+  prepared is not busy, so the burst's end is written at once when the last write is
+  `interval` old. A 30-second burst of a new pool took five status writes (the
+  checks', the first, three routine), now three.
 
 A new pool's **first** write waits up to `first_quiet` (10 s from its creation) while
 it would say Ready=Unknown (`AwaitingChecks`): the `infra` controller's vSphere and
@@ -40,10 +48,19 @@ from typing import Final
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.pool.pool_status import Change
 
-__all__ = ["FIRST_STATUS_QUIET_S", "ROUTINE_STATUS_INTERVAL_S", "StatusPacer", "elapsed"]
+__all__ = [
+    "BURST_STATUS_INTERVAL_S",
+    "FIRST_STATUS_QUIET_S",
+    "ROUTINE_STATUS_INTERVAL_S",
+    "StatusPacer",
+    "elapsed",
+]
 
 ROUTINE_STATUS_INTERVAL_S: Final = 10.0
 """How often at most a pool's status is written for routine changes alone."""
+
+BURST_STATUS_INTERVAL_S: Final = 30.0
+"""The same while more of the pool's VMs are on their way."""
 
 FIRST_STATUS_QUIET_S: Final = 10.0
 """How long after its creation a new pool's first status write waits for its checks."""
@@ -63,21 +80,27 @@ class StatusPacer:
         self,
         *,
         interval: float = ROUTINE_STATUS_INTERVAL_S,
+        burst_interval: float = BURST_STATUS_INTERVAL_S,
         first_quiet: float = FIRST_STATUS_QUIET_S,
     ) -> None:
         self._interval = interval
+        self._burst_interval = max(burst_interval, interval)
         self._first_quiet = first_quiet
         self._written: dict[ObjectKey, datetime] = {}
 
-    def delay(self, key: ObjectKey, change: Change, *, now: datetime) -> float | None:
-        """None: write now (or nothing to write); else seconds until a routine write is due."""
+    def delay(
+        self, key: ObjectKey, change: Change, *, now: datetime, busy: bool = False
+    ) -> float | None:
+        """None: write now (or nothing to write); else seconds until a routine write is
+        due (`busy`: more of the pool's VMs are on their way)."""
         if change is not Change.ROUTINE:
             return None
         last = self._written.get(key)
         if last is None:
             return None
+        interval = self._burst_interval if busy else self._interval
         since = elapsed(now, last)
-        return None if since >= self._interval else self._interval - since
+        return None if since >= interval else interval - since
 
     def first_delay(self, created: datetime | None, *, now: datetime) -> float | None:
         """None: write the first status now; else seconds until it is written anyway

@@ -78,13 +78,20 @@ async def settled() -> tuple[Harness, pool.PoolReconciler, Clock]:
     return h, reconciler, clock
 
 
-async def test_routine_changes_inside_the_interval_are_written_once_at_its_end() -> None:
+async def one_routine_write() -> tuple[Harness, pool.PoolReconciler, Clock]:
+    """`settled`, then a routine change written at once (the last write is an interval
+    old): the pacing's clock starts now."""
     h, reconciler, clock = await settled()
     h.api.put(agent_machine_obj("am-2", waiting=False, ready=True))
     h.sync()
-    await reconciler.reconcile(KEY)  # written at once: the last write is an interval old
+    await reconciler.reconcile(KEY)
     h.sync()
     assert pool_writes(h) == 1
+    return h, reconciler, clock
+
+
+async def test_routine_changes_inside_the_interval_are_written_once_at_its_end() -> None:
+    h, reconciler, clock = await one_routine_write()
     assert written(h)["agentMachines"] == 2
 
     clock.advance(1.0)
@@ -363,3 +370,48 @@ async def test_a_new_pool_whose_checks_take_long_says_so_after_the_quiet_time() 
     assert pool_writes(h) == 1
     ready = next(c for c in written(h)["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("Unknown", "AwaitingChecks")
+
+
+def test_the_pacer_waits_the_burst_interval_while_vms_are_on_their_way() -> None:
+    pacer = status_pacing.StatusPacer(interval=5.0, burst_interval=15.0)
+    key = ObjectKey("ns/p")
+    routine = pool_status.Change.ROUTINE
+    pacer.wrote(key, now=NOW)
+    assert pacer.delay(key, routine, now=NOW + timedelta(seconds=6), busy=True) == 9.0
+    assert pacer.delay(key, routine, now=NOW + timedelta(seconds=6)) is None  # the burst ended
+    assert pacer.delay(key, routine, now=NOW + timedelta(seconds=15), busy=True) is None
+    assert (
+        status_pacing.StatusPacer(interval=5.0, burst_interval=1.0).delay(
+            key, routine, now=NOW, busy=True
+        )
+        is None
+    )  # (never written) and never shorter than the routine interval
+    short = status_pacing.StatusPacer(interval=5.0, burst_interval=1.0)
+    short.wrote(key, now=NOW)
+    assert short.delay(key, routine, now=NOW + timedelta(seconds=2), busy=True) == 3.0
+
+
+async def test_routine_changes_wait_the_burst_interval_while_a_vm_boots() -> None:
+    h, reconciler, clock = await one_routine_write()
+
+    clock.advance(INTERVAL + 1.0)
+    h.api.put(agent_machine_obj("am-3"))
+    h.api.put(machine_obj("am-3"))
+    h.api.put(vsphere_agent_obj("am-3", vm_name="vm-3", bios_uuid=uuid(3), created=ago(minutes=1)))
+    h.sync()
+    result = await reconciler.reconcile(KEY)  # vm-3 boots: the pool is busy
+    h.sync()
+    assert pool_writes(h) == 1
+    burst = status_pacing.BURST_STATUS_INTERVAL_S
+    assert result == Result(requeue_after=burst - INTERVAL - 1.0)
+
+    h.api.put(agent_obj("a3", bios_uuid=uuid(3)))  # vm-3's Agent registers
+    h.sync()
+    await reconciler.reconcile(KEY)  # prepares it: the next reconcile has the plan after
+    h.sync()
+    assert pool_writes(h) == 1
+    assert await reconciler.reconcile(KEY) is None  # nothing to do: the burst's end, at once
+    assert pool_writes(h) == 2
+    assert written(h)["plannedActions"][0]["type"] == "Noop"
+    assert written(h)["agentMachines"] == 3
+    assert [v["phase"] for v in written(h)["ownedVMs"]] == ["Available", "Available"]
