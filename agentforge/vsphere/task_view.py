@@ -68,6 +68,20 @@ async def build(session: TaskHost, refs: Sequence[Any]) -> Collector:
     return Collector(pc=pc, view=view, generation=generation)
 
 
+async def destroy(session: TaskHost, collector: Collector) -> None:
+    """Remove a collector and its view from vCenter (best effort: the session's
+    objects go with it anyway)."""
+
+    def remove() -> None:
+        with contextlib.suppress(Exception):
+            collector.pc.DestroyPropertyCollector()
+        with contextlib.suppress(Exception):
+            collector.view.DestroyView()
+
+    with contextlib.suppress(errors.VsphereError):
+        await session.call(remove, subject="task waiter", action="remove the old collector of")
+
+
 async def modify(
     session: TaskHost, collector: Collector, *, add: Sequence[Any], remove: Sequence[Any]
 ) -> list[Any]:

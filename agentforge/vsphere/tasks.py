@@ -17,6 +17,14 @@ New members of the view are picked up by the next poll asking for the current st
 (govmomi's simulator does not wake a waiting poll for ListView changes, and a task
 that finished before it joined the view would otherwise be reported late).
 
+A poll that ends with nothing new while objects are watched is normal (a task takes
+longer than `wait_max_seconds`); `RESYNC_QUIET_POLLS` of them in a row rebuild the
+collector, whose first poll reports the current state of everything watched, as an
+informer relists. A change the long poll missed (govmomi's simulator drops one now
+and then around a view change: a CD-ROM question raised just after its VM joined
+the view was never reported, and a test waited for it until its timeout) then costs
+at most that many polls, not the wait forever.
+
 After a re-login the collector, view and filter are gone with the old session: the
 waiter rebuilds them and re-registers everything still in flight. A task vCenter no
 longer knows fails its waiters with `errors.NotFound`, never with success, and only
@@ -48,6 +56,9 @@ log = logging.getLogger(__name__)
 __all__ = ["QUESTION_PATH", "TASK_PATHS", "TaskWaiter", "run_task", "task_outcome"]
 
 REMOVE_BATCH = 32
+RESYNC_QUIET_POLLS = 2
+"""Polls in a row that end with nothing new, while objects are watched, before the
+collector is rebuilt and the current state read."""
 
 
 class TaskWaiter:
@@ -73,7 +84,9 @@ class TaskWaiter:
         self._polling = False
         self._fresh = False
         self._closed = False
+        self._quiet_polls = 0
         self.polls = 0
+        self.resyncs = 0
 
     # --- public -----------------------------------------------------------------
 
@@ -391,10 +404,34 @@ class TaskWaiter:
                 backoff = min(backoff * 2, self._session.options.retry_max_seconds)
                 continue
             if updates is not None:
+                self._quiet_polls = 0
                 collector.version = updates.version
                 self._apply(updates)
                 # Let more updates gather before the next poll: one answer for many ends.
                 await asyncio.sleep(self._session.options.task_batch_seconds)
+            elif self._watches and version:
+                self._quiet_polls += 1
+                if self._quiet_polls >= RESYNC_QUIET_POLLS:
+                    await self._resync(collector)
+
+    async def _resync(self, collector: task_view.Collector) -> None:
+        """Rebuild the collector: its first poll reports the current state of every
+        watched object (what a missed update left unseen)."""
+        async with self._flush_lock:
+            if self._collector is not collector:
+                return  # rebuilt meanwhile
+            self._quiet_polls = 0
+            self.resyncs += 1
+            log.info(
+                "task waiter: nothing new from vCenter for %d polls while %d object(s) are "
+                "watched; reading their current state again",
+                RESYNC_QUIET_POLLS,
+                len(self._watches),
+            )
+            self._collector = None
+            self._to_add.clear()  # (the rebuilt view holds every watched object)
+            self._to_remove.clear()
+            await task_view.destroy(self._session, collector)
 
     async def _relogin(self, generation: int) -> None:
         try:

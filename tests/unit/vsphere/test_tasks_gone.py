@@ -1,4 +1,5 @@
 """A task reference vCenter no longer knows fails alone; the waiter watches on the rest.
+A task's end the long poll missed is read when quiet polls rebuild the view.
 
 vcsim refuses `CreateListView` over a stale reference and returns it from
 `ModifyListView`; the fake vCenter here covers what the simulator cannot show: a
@@ -45,6 +46,15 @@ class Server:
         self.cond = threading.Condition()
         self.calls: Counter[str] = Counter()
         self.views: list[View] = []
+        self.collectors: list[Collector] = []
+
+    def lose(self, moid: str, state: str) -> None:
+        """Change a task's state as a long poll that missed it: no collector made so far
+        reports it (a new one reports the current state)."""
+        with self.cond:
+            self.states[moid] = state
+            for collector in self.collectors:
+                collector.reported[moid] = state
 
     def set(self, moid: str, state: str | None) -> None:
         with self.cond:
@@ -134,7 +144,9 @@ class Root:
         self.server = server
 
     def CreatePropertyCollector(self) -> Collector:
-        return Collector(self.server)
+        collector = Collector(self.server)
+        self.server.collectors.append(collector)
+        return collector
 
     def CreateListView(self, obj: list[Any]) -> View:
         server = self.server
@@ -287,3 +299,15 @@ async def test_a_poll_refused_over_a_forgotten_task_fails_only_that_task(
         await asyncio.wait_for(second, timeout=5)
     server.set("task-1", "success")
     assert await asyncio.wait_for(first, timeout=5) is None
+
+
+async def test_a_task_end_the_long_poll_missed_is_read_after_quiet_polls(
+    server: Server, waiter: TaskWaiter
+) -> None:
+    server.set("task-1", "running")
+    first = wait(waiter, "task-1")
+    await in_view(server, "task-1")
+    server.lose("task-1", "success")  # never reported by this collector's long polls
+    assert await asyncio.wait_for(first, timeout=15) is None  # 2 quiet polls of 2 s, rebuilt
+    assert waiter.resyncs == 1
+    assert server.calls["CreateListView"] == 2
