@@ -20,10 +20,10 @@ that finished before it joined the view would otherwise be reported late).
 A poll that ends with nothing new while objects are watched is normal (a task takes
 longer than `wait_max_seconds`); `RESYNC_QUIET_POLLS` of them in a row rebuild the
 collector, whose first poll reports the current state of everything watched, as an
-informer relists. A change the long poll missed (govmomi's simulator drops one now
-and then around a view change: a CD-ROM question raised just after its VM joined
-the view was never reported, and a test waited for it until its timeout) then costs
-at most that many polls, not the wait forever.
+informer relists. A change the long poll missed then costs at most that many polls,
+not a wait forever (a vcsim CD-ROM test, in long runs of the whole suite only, waited
+until its timeout for a change its polls, answered empty every 10 s, never reported;
+the cause in the simulator was not found).
 
 After a re-login the collector, view and filter are gone with the old session: the
 waiter rebuilds them and re-registers everything still in flight. A task vCenter no
