@@ -428,9 +428,7 @@ class TaskWaiter:
                 RESYNC_QUIET_POLLS,
                 len(self._watches),
             )
-            self._collector = None
-            self._to_add.clear()  # (the rebuilt view holds every watched object)
-            self._to_remove.clear()
+            self._collector = None  # `_ensure_collector` rebuilds it over every watch
             await task_view.destroy(self._session, collector)
 
     async def _relogin(self, generation: int) -> None:
