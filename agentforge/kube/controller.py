@@ -65,6 +65,7 @@ __all__ = [
     "Source",
     "Watch",
     "own_key",
+    "resource_version",
 ]
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,9 @@ class _Stale:
     until: float
 
 
-def _version(obj: JsonObj | None) -> str | None:
+def resource_version(obj: JsonObj | None) -> str | None:
+    """The object's `metadata.resourceVersion` (None when absent or empty): what a
+    reconcile reports to `Controller.wrote` after a write."""
     if obj is None:
         return None
     version = (obj.get("metadata") or {}).get("resourceVersion")
@@ -302,7 +305,7 @@ class Controller:
             self.queue.add_after(key, self._stale_recheck)
             self._total[Outcome.REQUEUE_AFTER].inc()
             return
-        cached = _version(self._cache.get_by_key(key)) if self._cache is not None else None
+        cached = resource_version(self._cache.get_by_key(key)) if self._cache is not None else None
         self._writes[key] = [cached or ""]
         try:
             result = await aio.time(self._duration, self._reconcile(key))
@@ -336,7 +339,7 @@ class Controller:
         stale = self._stale.get(key)
         if stale is None or self._cache is None:
             return False
-        version = _version(self._cache.get_by_key(key))
+        version = resource_version(self._cache.get_by_key(key))
         if version is None or version not in stale.versions:
             del self._stale[key]  # newer (or gone): reconcile from it
             return False

@@ -52,7 +52,7 @@ from agentforge.api import kinds, names, rbac
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase
 from agentforge.kube import errors
-from agentforge.kube.controller import Controller, Result
+from agentforge.kube.controller import Controller, Result, resource_version
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey, split_key
 from agentforge.reconcilers.common import indexes
@@ -118,8 +118,8 @@ class PoolReconciler:
         self._wrote = wrote
 
     def _saw(self, pool: VsphereAgentPool, stored: JsonObj | None) -> None:
-        version = ((stored or {}).get("metadata") or {}).get("resourceVersion")
-        if self._wrote is not None and isinstance(version, str) and version:
+        version = resource_version(stored)
+        if self._wrote is not None and version:
             self._wrote(ObjectKey(f"{pool.metadata.namespace}/{pool.metadata.name}"), version)
 
     # --- the reconcile ---------------------------------------------------------------

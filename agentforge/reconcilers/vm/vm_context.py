@@ -47,7 +47,7 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.client import KubeClient
-from agentforge.kube.controller import Result
+from agentforge.kube.controller import Result, resource_version
 from agentforge.kube.events import EventRecorder, EventType
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.common.deps import Deps
@@ -234,8 +234,8 @@ class StatusWriter:
 
     def saw(self, stored: JsonObj) -> None:
         """Note the VsphereAgent as the API server returned it (a write's result)."""
-        version = (stored.get("metadata") or {}).get("resourceVersion")
-        if isinstance(version, str) and version:
+        version = resource_version(stored)
+        if version:
             self._latest = stored
             if self.wrote is not None:
                 self.wrote(version)
