@@ -73,8 +73,9 @@ def fair_share(vms: int, hosts: int) -> int:
 
 
 def rule_name(*, pool_uid: str, namespace: str, pool: str) -> str:
-    """The pool's rule name (vCenter allows 80 characters: the tail is cut, the UID kept)."""
-    return f"{RULE_PREFIX}-{pool_uid}-{namespace}-{pool}"[:80]
+    """The pool's rule name (vCenter allows 80 characters: the tail is cut, the UID kept,
+    and a cut that ends on a separator drops it: no `...-a-`)."""
+    return f"{RULE_PREFIX}-{pool_uid}-{namespace}-{pool}"[:80].rstrip("-")
 
 
 def owned_rule(names: Sequence[str], *, pool_uid: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -112,6 +113,15 @@ def test_unusable_buckets_are_skipped_with_their_reason() -> None:
 
 
 UID = "0b1c2d3e-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize("pool", ["a-b", "a--------------------------------------b", "x" * 63])
+def test_a_cut_rule_name_keeps_the_uid_and_ends_on_no_separator(pool: str) -> None:
+    for namespace in ("ns", "clusters-c34-94709-a", "n" * 63):
+        name = spread.rule_name(pool_uid=UID, namespace=namespace, pool=pool)
+        assert len(name) <= 80
+        assert not name.endswith("-")
+        assert spread.owned_rule([name], pool_uid=UID) == name
 
 
 def test_only_a_rule_with_prefix_and_uid_is_ours() -> None:
