@@ -1,7 +1,9 @@
 """`python -m bench [--only NAME ...] [--list]`: measure, print, update results/latest.md.
 
 Exit status 1 only when a benchmark crashed; figures that miss their goal are
-reported, not failed.
+reported, not failed. A guarded figure (start-up, memory, writes per VM, ...) that got
+worse than in the previous `results/latest.md` by more than its noise band prints a
+`regression:` line before the file is rewritten.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ async def _main(only: list[str], keep: bool) -> int:
         ctx.step("tearing down")
         await ctx.close()
     existing = harness.RESULTS.read_text() if harness.RESULTS.exists() else ""
+    for line in harness.regressions(existing, sections):
+        console.print(f"[bold red]{line}", markup=True, highlight=False)
     harness.RESULTS.parent.mkdir(parents=True, exist_ok=True)
     harness.RESULTS.write_text(harness.merge(existing, sections, order=list(modules)))
     console.print(f"wrote {harness.RESULTS}" + (f"; logs in {workdir}" if keep else ""))

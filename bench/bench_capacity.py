@@ -55,7 +55,7 @@ from typing import Any
 from agentforge.api import kinds, names
 from agentforge.kube.events import FLUSH_INTERVAL_S
 from agentforge.settings import Settings
-from bench.harness import Context, Goal, Section
+from bench.harness import COUNT, Context, Goal, Section
 from sim.actors import Timings
 from sim.actors.capi import is_bound
 from sim.controlplane import ControlPlane, ProxyControl
@@ -655,7 +655,7 @@ async def run(ctx: Context) -> Section:
     if not complete:
         section.add(f"  zero to the last of the {ready} prepared", prepared_at - start.at, "s")
     section.add("vSphere requests (operator)", vs1.requests, "requests")
-    section.add("vSphere requests per VM", vs1.requests / vms, "requests")
+    section.add("vSphere requests per VM", vs1.requests / vms, "requests", guard=COUNT)
     section.add("vSphere logins", vs1.logins, "logins")
     go_logins = GO_LOGINS_PER_VM * vms
     section.add(
@@ -666,7 +666,7 @@ async def run(ctx: Context) -> Section:
     section.add("  CreateVM_Task", vs1.methods["CreateVM_Task"], "tasks")
     section.add("  PowerOnVM_Task", vs1.methods["PowerOnVM_Task"], "tasks")
     section.add("API writes by the operator", phase1.writes, "writes")
-    section.add("API writes per VM", phase1.writes / vms, "writes")
+    section.add("API writes per VM", phase1.writes / vms, "writes", guard=COUNT)
     for verb in WRITE_VERBS:
         n = phase1.total((verb,))
         if n or verb != "deletecollection":
@@ -723,7 +723,7 @@ async def run(ctx: Context) -> Section:
         "s",
     )
     section.add("second burst: AgentMachines with a prepared Agent", ready2, f"of {more}")
-    section.add("second burst: API writes per VM", phase5.writes / more, "writes")
+    section.add("second burst: API writes per VM", phase5.writes / more, "writes", guard=COUNT)
     for verb, resource, n in phase5.rows(WRITE_VERBS):
         section.add(f"  per VM: {verb} {_short(resource)}", n / more, "writes")
     section.add("second burst: vSphere requests per VM", vs5.requests / more, "requests")

@@ -15,7 +15,7 @@ import os
 import psutil
 
 from bench.fleet import fleet
-from bench.harness import Context, Goal, Section
+from bench.harness import MEMORY, WALL, Context, Goal, Section
 from sim.operator import OperatorProcess
 
 MB = 1024 * 1024
@@ -73,11 +73,11 @@ async def run(ctx: Context) -> Section:
         load = _load()
     objects = sum(synced["objects"].values())
 
-    section.add("RSS, steady, caches synced", steady, "MB", Goal.at_most(150))
+    section.add("RSS, steady, caches synced", steady, "MB", Goal.at_most(150), guard=MEMORY)
     section.add("RSS, peak during list and sync", peak, "MB", Goal.at_most(150))
-    section.add("RSS, same process with empty caches", baseline, "MB")
+    section.add("RSS, same process with empty caches", baseline, "MB", guard=MEMORY)
     section.add("cache cost per object", (steady - baseline) * MB / max(objects, 1), "bytes")
-    section.add("start to caches synced (/readyz 200)", sync_seconds, "s")
+    section.add("start to caches synced (/readyz 200)", sync_seconds, "s", guard=WALL)
     section.add("fleet creation (create + status, 2 writes each)", f.create_seconds, "s")
     section.add("fleet creation rate", f.requests / f.create_seconds, "writes/s")
     section.notes += [

@@ -59,7 +59,7 @@ from bench.bench_capacity import (
     _quiet,
     stage,
 )
-from bench.harness import Context, Goal, Section
+from bench.harness import COUNT, WALL, Context, Goal, Section
 from sim.operator import Sample, operator_identity
 from sim.vcsim import Vcsim
 from sim.world import World
@@ -477,7 +477,7 @@ def _report(section: Section, out: Outcome) -> None:
     tag = f"[{p.name}]"
     up_floor = p.create_chain + out.up_requests.requests / QPS
     down_floor = p.delete_chain + out.down_requests.requests / QPS
-    section.add(f"{tag} scale-up: {out.vms} Agents prepared", out.up_s, "s")
+    section.add(f"{tag} scale-up: {out.vms} Agents prepared", out.up_s, "s", guard=WALL)
     section.add(f"{tag}   floor (chain {p.create_chain:g} s + requests / qps)", up_floor, "s")
     section.add(
         f"{tag}   ratio to floor",
@@ -487,7 +487,9 @@ def _report(section: Section, out: Outcome) -> None:
     )
     section.add(f"{tag}   AgentMachines with a prepared Agent", out.prepared, f"of {out.vms}")
     section.add(f"{tag}   vSphere requests", out.up_requests.requests, "requests")
-    section.add(f"{tag}   API writes per prepared VM", out.up_api.writes / out.vms, "writes")
+    section.add(
+        f"{tag}   API writes per prepared VM", out.up_api.writes / out.vms, "writes", guard=COUNT
+    )
     section.add(
         f"{tag} small pool during the burst: its VM running",
         out.small_running_s,
@@ -500,7 +502,7 @@ def _report(section: Section, out: Outcome) -> None:
         Goal.at_most(SMALL_GOAL_CHAINS),
     )
     section.add(f"{tag}   its Agent prepared", out.small_prepared_s, "s")
-    section.add(f"{tag} scale-down: {out.vms} VMs destroyed", out.down_s, "s")
+    section.add(f"{tag} scale-down: {out.vms} VMs destroyed", out.down_s, "s", guard=WALL)
     section.add(f"{tag}   floor (chain {p.delete_chain:g} s + requests / qps)", down_floor, "s")
     section.add(
         f"{tag}   ratio to floor",
@@ -510,7 +512,12 @@ def _report(section: Section, out: Outcome) -> None:
     )
     section.add(f"{tag}   vSphere requests", out.down_requests.requests, "requests")
     per_vm = (out.up_requests.requests + out.down_requests.requests) / out.vms
-    section.add(f"{tag} vSphere requests per VM lifecycle (create + delete)", per_vm, "requests")
+    section.add(
+        f"{tag} vSphere requests per VM lifecycle (create + delete)",
+        per_vm,
+        "requests",
+        guard=COUNT,
+    )
     section.add(
         f"{tag}   / the Go operator's ({GO_REQUESTS_PER_VM} per lifecycle)",
         per_vm / GO_REQUESTS_PER_VM,

@@ -81,11 +81,35 @@ class Goal:
 
 
 @dataclass(frozen=True, slots=True)
+class Guard:
+    """A figure `make bench` compares with the previous run's (in `latest.md`): one worse
+    by more than `noise` (a fraction of the previous value: the run-to-run spread seen on
+    this machine) prints a regression line."""
+
+    noise: float
+    higher_is_better: bool = False
+
+    def regressed(self, before: float, now: float) -> bool:
+        worse = before - now if self.higher_is_better else now - before
+        return worse > self.noise * abs(before)
+
+
+WALL = Guard(0.20)
+"""Wall-clock figures: the same run on this machine's kind spread by up to ~20% (the
+speed benchmark's scale-up ratio read 1.26x to 1.55x across runs and machines)."""
+MEMORY = Guard(0.05)
+"""RSS: a few MB of allocator and import noise on 60-150 MB."""
+COUNT = Guard(0.05)
+"""Counts per VM (API writes, vSphere requests): timing moves them by a few percent."""
+
+
+@dataclass(frozen=True, slots=True)
 class Figure:
     name: str
     value: float | None  # None: could not be measured (say why in the notes)
     unit: str
     goal: Goal | None = None
+    guard: Guard | None = None
 
     def formatted(self) -> str:
         if self.value is None:
@@ -109,8 +133,16 @@ class Section:
     seconds: float = 0.0
     failed: bool = False
 
-    def add(self, name: str, value: float | None, unit: str, goal: Goal | None = None) -> None:
-        self.figures.append(Figure(name, value, unit, goal))
+    def add(
+        self,
+        name: str,
+        value: float | None,
+        unit: str,
+        goal: Goal | None = None,
+        *,
+        guard: Guard | None = None,
+    ) -> None:
+        self.figures.append(Figure(name, value, unit, goal, guard))
 
 
 class Context:
@@ -201,6 +233,37 @@ def markdown(section: Section, *, when: dt.datetime) -> str:
     lines += [f"- {note}" for note in section.notes]
     lines += ["", _END.format(name=section.name), ""]
     return "\n".join(lines)
+
+
+_ROW = re.compile(r"^\| (?P<name>.+?) \| (?P<value>-?[\d,]*\.?\d+(?:e[-+]?\d+)?) \| ", re.M)
+
+
+def recorded(existing: str) -> dict[tuple[str, str], float]:
+    """`{(benchmark, figure name): value}` of every measured figure in a results file."""
+    found = {}
+    for block in _BLOCK.finditer(existing):
+        for row in _ROW.finditer(block[0]):
+            found[block["name"], row["name"]] = float(row["value"].replace(",", ""))
+    return found
+
+
+def regressions(existing: str, sections: list[Section]) -> list[str]:
+    """One line per guarded figure that got worse than the previous run's by more than
+    its noise band (figures new to this run, or not measured, are not compared)."""
+    before = recorded(existing)
+    lines = []
+    for section in sections:
+        for f in section.figures:
+            was = before.get((section.name, f.name))
+            if f.guard is None or f.value is None or was is None:
+                continue
+            if f.guard.regressed(was, f.value):
+                change = f"{(f.value - was) / abs(was):+.0%}" if was else "from 0"
+                lines.append(
+                    f"regression: {section.name}: {f.name.strip()} {was:g} -> "
+                    f"{f.formatted()} {f.unit} ({change}; noise band {f.guard.noise:.0%})"
+                )
+    return lines
 
 
 def merge(existing: str, sections: list[Section], *, order: list[str]) -> str:
