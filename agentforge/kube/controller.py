@@ -51,8 +51,8 @@ from prometheus_client import Counter, Histogram
 
 from agentforge.kube.informer import EventHandler
 from agentforge.kube.queue import Fairness, ShutDown, WorkQueue
-from agentforge.kube.ratelimit import Clock, RateLimiter
 from agentforge.kube.store import ObjectKey, object_key
+from agentforge.ratelimit import Clock, RateLimiter
 
 __all__ = [
     "STALE_RECHECK_S",

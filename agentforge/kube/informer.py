@@ -43,10 +43,10 @@ from typing import Any, Protocol, Self
 from agentforge.api.kinds import Kind
 from agentforge.kube import errors
 from agentforge.kube.delta import Change, ChangeType, Relist, apply_delete, apply_upsert
-from agentforge.kube.ratelimit import Backoff
 from agentforge.kube.store import IndexFunc, ObjectKey, Store, key_for
 from agentforge.kube.trim import Transform, default_transform
 from agentforge.kube.watch import EventType, WatchEvent
+from agentforge.ratelimit import Backoff
 
 __all__ = ["EventHandler", "Informer", "ListWatcher"]
 

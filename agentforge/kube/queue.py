@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from agentforge.kube.ratelimit import Clock, RateLimiter, default_controller_limiter
+from agentforge.ratelimit import Clock, RateLimiter, default_controller_limiter
 
 __all__ = ["Fairness", "ShutDown", "WorkQueue"]
 

@@ -39,11 +39,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agentforge.ratelimit import TokenBucket
 from agentforge.vsphere import faults
 from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.session import Session, SessionOptions
 from agentforge.vsphere.task_slots import Slot, TaskSlots
 

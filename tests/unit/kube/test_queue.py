@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from prometheus_client import REGISTRY
 
-from agentforge.kube import queue, ratelimit
+from agentforge import ratelimit
+from agentforge.kube import queue
 
 
 def _q(name: str, **kwargs: object) -> queue.WorkQueue[str]:
