@@ -208,9 +208,6 @@ class Informer:
     async def synced(self) -> None:
         await self._synced.wait()
 
-    def last_resource_version(self, *, namespace: str | None = None) -> str | None:
-        return self._last_rv.get(namespace)
-
     # --- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:

@@ -190,9 +190,6 @@ class SessionRegistry:
         """The registered session of these credentials, logged in or not (no login)."""
         return self._sessions.get(credentials.key)
 
-    def logging_in(self, credentials: Credentials) -> bool:
-        return credentials.key in self._logins
-
     async def close(self) -> None:
         """Cancel logins in flight, log every session out; bounded by `CLOSE_TIMEOUT_S`."""
         self._closed = True
