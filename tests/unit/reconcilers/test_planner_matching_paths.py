@@ -3,7 +3,8 @@
 `matching` sorts only tied Agents, builds the MAC/hostname/agentRef indexes only for
 the VMs the BIOS UUID pass leaves over, orders VMs by two stable sorts and filters
 eligible Agents in one inlined loop. Each must give exactly what the plain version
-gives: four passes over all VMs with full indexes, one tuple-key sort, `exclusion`.
+gives: four passes over all VMs with full indexes, one tuple-key sort, one test
+per rule for each Agent.
 """
 
 from __future__ import annotations
