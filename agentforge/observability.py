@@ -50,8 +50,6 @@ __all__ = [
     "Probes",
     "RedactingFilter",
     "configure_logging",
-    "health_app",
-    "metrics_app",
     "redact",
 ]
 
@@ -229,20 +227,6 @@ def _metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
         return web.Response(body=encode(registry), headers={"Content-Type": content_type})
 
     return [web.get("/metrics", metrics)]
-
-
-def health_app(probes: Probes) -> web.Application:
-    """/healthz and /readyz."""
-    app = web.Application()
-    app.add_routes(_health_routes(probes))
-    return app
-
-
-def metrics_app(registry: CollectorRegistry = REGISTRY) -> web.Application:
-    """/metrics in Prometheus' text format."""
-    app = web.Application()
-    app.add_routes(_metrics_routes(registry))
-    return app
 
 
 class ServingTls(Protocol):

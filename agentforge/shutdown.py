@@ -55,11 +55,6 @@ class Deadline:
             self._timer.daemon = True
             self._timer.start()
 
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
     def _expire(self) -> None:
         log.error(
             "shutdown did not finish within %ss; exiting now (threads: %s)",

@@ -3,11 +3,11 @@
 Users, alerts and the e2e suite key on these strings, so they are enums rather than
 literals scattered through the reconcilers. This module is the one place conditions
 are read and written: `find_condition`/`condition_true` read a typed list (ours, or
-another controller's as `api.views` parses it); `get_condition`/`set_condition`/
-`remove_condition` work on the status dict a reconciler writes. `set_condition`
-reproduces client-go's `meta.SetStatusCondition`: `lastTransitionTime` moves only
-when `status` changes, so a condition rewritten on every reconcile does not look like
-a flapping one, and it returns whether anything changed (write only if changed).
+another controller's as `api.views` parses it); `get_condition`/`set_condition` work
+on the status dict a reconciler writes. `set_condition` reproduces client-go's
+`meta.SetStatusCondition`: `lastTransitionTime` moves only when `status` changes, so
+a condition rewritten on every reconcile does not look like a flapping one, and it
+returns whether anything changed (write only if changed).
 
 `ACTIONABLE` lists the (kind, condition, reason) an admin must act on, each with the
 fix, and `RETRYING` the reasons a condition passes through while the operator retries
@@ -394,14 +394,4 @@ def set_condition(
         return False
     current.clear()
     current.update(desired)
-    return True
-
-
-def remove_condition(status: dict[str, Any], /, *, type: str) -> bool:
-    """Drop the condition of `type` from a status dict; True when there was one."""
-    conditions = status.get("conditions") or []
-    kept = [c for c in conditions if not (isinstance(c, dict) and c.get("type") == type)]
-    if len(kept) == len(conditions):
-        return False
-    status["conditions"] = kept
     return True

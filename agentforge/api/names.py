@@ -90,16 +90,6 @@ LABEL_INFRAENV: Final = "infraenvs.agent-install.openshift.io"
 AGENT_PROVIDER_ID_PREFIX: Final = "agent://"
 """An AgentMachine's `spec.providerID` starts with this once an Agent is assigned."""
 
-# --- ownership markers in a VM's extraConfig (see docs/design/0001) -----------------
-
-VM_MARKER_PREFIX: Final = "agentforge.owner."
-VM_MARKER_POOL_NAMESPACE: Final = f"{VM_MARKER_PREFIX}pool-namespace"
-VM_MARKER_POOL_NAME: Final = f"{VM_MARKER_PREFIX}pool-name"
-VM_MARKER_POOL_UID: Final = f"{VM_MARKER_PREFIX}pool-uid"
-VM_MARKER_VSPHERE_AGENT: Final = f"{VM_MARKER_PREFIX}vsphere-agent"
-VM_MARKER_CREATED_BY: Final = f"{VM_MARKER_PREFIX}created-by"
-VM_MARKER_CREATED_BY_VALUE: Final = "agent-forge"
-
 # --- where the operator runs (config/rbac, config/manager) ---------------------------
 
 DEPLOYMENT_NAMESPACE: Final = "agent-forge-system"

@@ -7,7 +7,6 @@ additions that let a lookup go BIOS UUID -> instance UUID -> name, as CAPV does.
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
@@ -126,16 +125,3 @@ class OwnedVM(KubeModel):
     def mac(self) -> str | None:
         """The MAC in canonical lower-case colon form, for comparisons."""
         return identity.normalize_mac(self.mac_address)
-
-    def with_phase(self, phase: VMPhase, *, reason: str | None = None, now: datetime) -> OwnedVM:
-        """A copy in `phase`; the transition time moves only when the phase changes."""
-        moved = phase != self.phase
-        return self.model_copy(
-            update={
-                "phase": phase,
-                "reason": reason,
-                "last_transition_time": now.replace(microsecond=0)
-                if moved
-                else self.last_transition_time,
-            }
-        )

@@ -246,10 +246,6 @@ class ISOEjectionRecord(KubeModel):
             update["task_ref"] = task_ref
         return self.model_copy(update=update)
 
-    def failed_attempt(self) -> ISOEjectionRecord:
-        """A copy with one more failed attempt counted."""
-        return self.model_copy(update={"attempts": self.attempts + 1})
-
 
 class PlacementRecord(KubeModel):
     """Where the VM was placed when it was created (`status.placement`): kept after the

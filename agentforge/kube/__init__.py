@@ -13,7 +13,6 @@ Knows nothing of vSphere. Import modules, not names, and qualify at call sites
 * `delta`      how observations change the cache and which events they produce
 * `trim`       transforms that shrink objects before caching
 * `informer`   LIST+WATCH reflector feeding a store and event handlers
-* `ratelimit`  per-key backoff, token buckets, jittered backoff
 * `queue`      client-go work-queue semantics
 * `controller` informer events -> keys -> queue -> reconcile workers
 * `events`     aggregated, rate-limited core/v1 Events

@@ -37,7 +37,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from agentforge.kube.ratelimit import TokenBucket
+from agentforge.ratelimit import TokenBucket
 
 __all__ = [
     "COMBINED_PREFIX",

@@ -62,7 +62,7 @@ from agentforge.kube.event_correlator import (
     Involved,
     Lru,
 )
-from agentforge.kube.ratelimit import Clock
+from agentforge.ratelimit import Clock
 
 __all__ = ["FLUSH_INTERVAL_S", "EventRecorder", "EventType", "GroupOf", "scrub"]
 

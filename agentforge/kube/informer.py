@@ -43,10 +43,10 @@ from typing import Any, Protocol, Self
 from agentforge.api.kinds import Kind
 from agentforge.kube import errors
 from agentforge.kube.delta import Change, ChangeType, Relist, apply_delete, apply_upsert
-from agentforge.kube.ratelimit import Backoff
 from agentforge.kube.store import IndexFunc, ObjectKey, Store, key_for
 from agentforge.kube.trim import Transform, default_transform
 from agentforge.kube.watch import EventType, WatchEvent
+from agentforge.ratelimit import Backoff
 
 __all__ = ["EventHandler", "Informer", "ListWatcher"]
 
@@ -207,9 +207,6 @@ class Informer:
 
     async def synced(self) -> None:
         await self._synced.wait()
-
-    def last_resource_version(self, *, namespace: str | None = None) -> str | None:
-        return self._last_rv.get(namespace)
 
     # --- lifecycle --------------------------------------------------------------------
 

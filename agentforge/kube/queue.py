@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from agentforge.kube.ratelimit import Clock, RateLimiter, default_controller_limiter
+from agentforge.ratelimit import Clock, RateLimiter, default_controller_limiter
 
 __all__ = ["Fairness", "ShutDown", "WorkQueue"]
 
@@ -217,10 +217,6 @@ class WorkQueue(Generic[K]):
     def clock(self) -> Clock:
         return self._clock
 
-    @property
-    def shutting_down(self) -> bool:
-        return self._shutting_down
-
     async def shutdown(self, *, drain: bool = False) -> None:
         """Stop handing out keys; with `drain`, wait for keys in processing to be done."""
         if not self._shutting_down:
@@ -250,10 +246,6 @@ class WorkQueue(Generic[K]):
     @property
     def processing(self) -> frozenset[K]:
         return frozenset(self._processing)
-
-    def is_pending(self, key: K) -> bool:
-        """Queued, dirty while processing, or waiting for a delay."""
-        return key in self._dirty or key in self._delayed
 
     def unfinished_work_seconds(self) -> float:
         now = self._clock()

@@ -99,9 +99,6 @@ class Store:
             return set()
         return {keys} if isinstance(keys, str) else set(keys)
 
-    def index_values(self, name: str) -> list[str]:
-        return list(self._indices[name])
-
     # --- reads -----------------------------------------------------------------------
 
     def get(self, key: ObjectKey) -> dict[str, Any] | None:

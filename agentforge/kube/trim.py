@@ -3,8 +3,8 @@
 The memory budget (10,000 each of Agents, AgentMachines and Machines in <= 150 MB
 RSS) cannot hold whole objects: `managedFields` alone is often half an object, and
 every dict key parsed from JSON is a fresh string. These helpers are the generic
-part; kind-specific trims ("keep only the fields the reconcilers read") are
-supplied by callers and composed with `chain`.
+part; the kind-specific trims ("keep only the fields the reconcilers read") are
+`api.trim`'s.
 
 A transform must keep `metadata.name`, `metadata.namespace`, `metadata.uid` and
 `metadata.resourceVersion`: the cache is keyed and versioned by them.
@@ -18,30 +18,15 @@ from typing import Any
 
 __all__ = [
     "Transform",
-    "chain",
     "compact",
     "default_transform",
     "drop_managed_fields",
-    "keep_paths",
 ]
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _INTERN_MAX = 64  # short strings repeat across objects (reasons, statuses, label values)
-_KEPT_METADATA = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "deletionTimestamp",
-    "creationTimestamp",
-)
 
 
 def drop_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -69,53 +54,6 @@ def compact(value: Any) -> Any:
     if isinstance(value, str) and len(value) <= _INTERN_MAX:
         return sys.intern(value)
     return value
-
-
-def keep_paths(*paths: str) -> Transform:
-    """Keep identity metadata plus only the dotted `paths` (e.g. "spec.approved").
-
-    A path through a list applies to each element: "status.conditions.type".
-    """
-    tree: dict[str, Any] = {}
-    for path in paths:
-        node = tree
-        for part in path.split("."):
-            node = node.setdefault(part, {})
-
-    def transform(obj: dict[str, Any]) -> dict[str, Any]:
-        meta = obj.get("metadata") or {}
-        out: dict[str, Any] = _select(obj, tree)
-        out["metadata"] = {
-            **{k: meta[k] for k in _KEPT_METADATA if k in meta},
-            **(out.get("metadata") or {}),
-        }
-        for key in ("apiVersion", "kind"):
-            if key in obj:
-                out[key] = obj[key]
-        return out
-
-    return transform
-
-
-def _select(value: Any, tree: dict[str, Any]) -> Any:
-    if not tree:
-        return value
-    if isinstance(value, list):
-        return [_select(v, tree) for v in value]
-    if not isinstance(value, dict):
-        return value
-    return {k: _select(value[k], sub) for k, sub in tree.items() if k in value}
-
-
-def chain(*transforms: Transform) -> Transform:
-    """Apply `transforms` left to right."""
-
-    def transform(obj: dict[str, Any]) -> dict[str, Any]:
-        for fn in transforms:
-            obj = fn(obj)
-        return obj
-
-    return transform
 
 
 def default_transform(obj: dict[str, Any]) -> dict[str, Any]:

@@ -334,10 +334,6 @@ class ProcessSettings(BaseSettings):
             )
         return self
 
-    @property
-    def all_namespaces(self) -> bool:
-        return not self.namespaces
-
     @classmethod
     def settings_customise_sources(
         cls,

@@ -39,11 +39,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agentforge.ratelimit import TokenBucket
 from agentforge.vsphere import faults
 from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.session import Session, SessionOptions
 from agentforge.vsphere.task_slots import Slot, TaskSlots
 
@@ -189,9 +189,6 @@ class SessionRegistry:
     def live(self, credentials: Credentials) -> Session | None:
         """The registered session of these credentials, logged in or not (no login)."""
         return self._sessions.get(credentials.key)
-
-    def logging_in(self, credentials: Credentials) -> bool:
-        return credentials.key in self._logins
 
     async def close(self) -> None:
         """Cancel logins in flight, log every session out; bounded by `CLOSE_TIMEOUT_S`."""

@@ -39,11 +39,11 @@ from typing import Any, TypeVar
 import aiohttp
 import tenacity
 
+from agentforge.ratelimit import TokenBucket
 from agentforge.vsphere import connection, faults
 from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.ratelimit import TokenBucket
 from agentforge.vsphere.session_cache import SessionCache
 from agentforge.vsphere.task_slots import DEFAULT_CAP, TaskSlots
 from agentforge.vsphere.tasks import TaskWaiter

@@ -162,11 +162,6 @@ def options(values: dict[str, str]) -> list[Any]:
     return [vim.option.OptionValue(key=k, value=v) for k, v in values.items()]
 
 
-def option_keys(spec: Any) -> list[str]:
-    """Every extraConfig key a spec would set (for audits and tests)."""
-    return [str(o.key) for o in getattr(spec, "extraConfig", None) or []]
-
-
 __all__ = [
     "FORBIDDEN_OPTION_PREFIXES",
     "KEY_CDROM",
@@ -183,7 +178,6 @@ __all__ = [
     "datastore_path",
     "eject_spec",
     "nic_backing",
-    "option_keys",
     "options",
     "stamp_spec",
 ]

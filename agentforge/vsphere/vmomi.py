@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyVmomi
-from pyVim import connect as _connect
 from pyVmomi import SoapAdapter as _soap
 from pyVmomi import VmomiSupport as _support
+from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
-vim: Any = pyVmomi.vim
-vmodl: Any = pyVmomi.vmodl
-smart_stub_adapter: Any = _connect.SmartStubAdapter
+vim: Any = _vim
+vmodl: Any = _vmodl
 soap_stub_adapter: Any = _soap.SoapStubAdapter
 
 

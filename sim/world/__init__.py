@@ -31,9 +31,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from agentforge.api import kinds, names
+from agentforge.api import kinds
 from agentforge.kube import config as kube_config
 from agentforge.kube.client import KubeClient
+from agentforge.vsphere.model import markers
 from sim.actors.assisted import AssistedInstaller
 from sim.actors.base import Actor, Journal, Timings
 from sim.actors.capi import CapiAgentProvider
@@ -350,7 +351,7 @@ class World:
 
     def owns_vm(self, vm: VmFact) -> bool:
         """A VM made for a pool of this namespace, or one booting this world's ISOs."""
-        if vm.extra_config.get(names.VM_MARKER_POOL_NAMESPACE) == self.namespace:
+        if vm.extra_config.get(markers.PREFIX + "pool-namespace") == self.namespace:
             return True
         return any(self.iso_server.by_sha256(d) is not None for d in vm.iso_digests)
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentforge.api import names
+from agentforge.vsphere.model import markers
 from sim.actors.base import JournalEntry
 from sim.actors.capi import is_bound
 from sim.world.snapshot import Snapshot, condition_of
@@ -78,7 +79,7 @@ def vm_table(snap: Snapshot, pool: str) -> Table:
     for vm in snap.vms_of_pool(pool):
         agent = snap.agent_of_vm(vm)
         owned = phases.get(vm.name) or {}
-        va = by_name.get(vm.extra_config.get(names.VM_MARKER_VSPHERE_AGENT, ""))
+        va = by_name.get(vm.extra_config.get(markers.PREFIX + "vsphere-agent", ""))
         table.add_row(
             vm.name,
             Text("on", style="green") if vm.powered_on else Text("off", style="red"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentforge.api import names
+from agentforge.vsphere.model import markers
 from sim.actors.capi import is_bound
 from sim.actors.inventory import serial_number
 from sim.actors.vcenter import VmFact
@@ -86,8 +87,8 @@ class Snapshot:
         return [
             vm
             for vm in self.vms
-            if vm.extra_config.get(names.VM_MARKER_POOL_NAMESPACE) == self.namespace
-            and vm.extra_config.get(names.VM_MARKER_POOL_NAME) == pool
+            if vm.extra_config.get(markers.PREFIX + "pool-namespace") == self.namespace
+            and vm.extra_config.get(markers.PREFIX + "pool-name") == pool
         ]
 
     def vm_names(self, pool: str | None = None) -> set[str]:

@@ -23,6 +23,7 @@ import pytest
 
 from agentforge.api import kinds, names
 from agentforge.reconcilers.ejection import ejection_crashpoints
+from agentforge.vsphere.model import markers
 from sim.actors.vcenter import VmFact
 from sim.operator import MetricsReader, OperatorProcess
 from sim.vcsim import VcsimControl
@@ -160,7 +161,7 @@ def vas_of(snap: Snapshot, pool: str = POOL) -> list[dict[str, Any]]:
 
 def vm_of(snap: Snapshot, va: dict[str, Any]) -> VmFact:
     name = va["metadata"]["name"]
-    found = [vm for vm in snap.vms if vm.extra_config.get(names.VM_MARKER_VSPHERE_AGENT) == name]
+    found = [vm for vm in snap.vms if vm.extra_config.get(markers.PREFIX + "vsphere-agent") == name]
     assert len(found) == 1, f"VsphereAgent {name} has {len(found)} VMs"
     return found[0]
 

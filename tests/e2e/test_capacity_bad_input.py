@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds
-from agentforge.api.conditions import PoolConditionType as C
-from agentforge.api.conditions import PoolReason as R
+from agentforge.api.conditions import PoolConditionType, PoolReason
 from agentforge.kube import errors
 from sim.vcsim import VcsimControl
 from sim.world import Snapshot, World
@@ -86,8 +85,8 @@ async def test_missing_infraenv_is_reported_and_nothing_is_created(
     await expect_reported_and_nothing_done(
         world,
         vcsim_control,
-        types=(C.INFRA_ENV_AVAILABLE,),
-        reasons=(R.INFRA_ENV_NOT_FOUND,),
+        types=(PoolConditionType.INFRA_ENV_AVAILABLE,),
+        reasons=(PoolReason.INFRA_ENV_NOT_FOUND,),
         words=("no-such-infraenv",),
     )
 
@@ -102,8 +101,12 @@ async def test_empty_iso_url_is_reported_and_nothing_is_created(
     await expect_reported_and_nothing_done(
         world,
         vcsim_control,
-        types=(C.INFRA_ENV_AVAILABLE, C.ISO_READY),
-        reasons=(R.INFRA_ENV_IMAGE_NOT_CREATED, R.WAITING_FOR_INFRA_ENV, R.ISO_CACHE_FAILED),
+        types=(PoolConditionType.INFRA_ENV_AVAILABLE, PoolConditionType.ISO_READY),
+        reasons=(
+            PoolReason.INFRA_ENV_IMAGE_NOT_CREATED,
+            PoolReason.WAITING_FOR_INFRA_ENV,
+            PoolReason.ISO_CACHE_FAILED,
+        ),
         words=("discovery",),
     )
 
@@ -119,8 +122,8 @@ async def test_iso_url_answering_404_is_reported_and_nothing_is_created(
     await expect_reported_and_nothing_done(
         world,
         vcsim_control,
-        types=(C.ISO_READY,),
-        reasons=(R.ISO_CACHE_FAILED,),
+        types=(PoolConditionType.ISO_READY,),
+        reasons=(PoolReason.ISO_CACHE_FAILED,),
         words=("404",),
     )
     assert world.iso_server.stats(world.namespace, "discovery").bytes_served == 0
@@ -138,8 +141,8 @@ async def test_iso_url_answering_200_with_a_login_page_is_refused_and_nothing_is
     await expect_reported_and_nothing_done(
         world,
         vcsim_control,
-        types=(C.ISO_READY,),
-        reasons=(R.ISO_INVALID,),
+        types=(PoolConditionType.ISO_READY,),
+        reasons=(PoolReason.ISO_INVALID,),
         words=("Content-Type text/html", f"{len(page)} bytes", '"<!DOCTYPE html>'),
     )
     assert world.iso_server.stats(world.namespace, "discovery").bytes_served >= len(page)
@@ -155,8 +158,8 @@ async def test_secret_missing_a_key_is_reported_and_vsphere_is_not_touched(
     await expect_reported_and_nothing_done(
         world,
         vcsim_control,
-        types=(C.VSPHERE_READY,),
-        reasons=(R.CREDENTIALS_UNAVAILABLE,),
+        types=(PoolConditionType.VSPHERE_READY,),
+        reasons=(PoolReason.CREDENTIALS_UNAVAILABLE,),
         words=("partial-credentials", "password"),
     )
 
@@ -175,8 +178,8 @@ async def test_agent_machine_matching_two_pools_is_an_error_not_a_guess(
             world,
             vcsim_control,
             pool=pool,
-            types=(C.AGENT_MACHINE_DEMAND_FOUND,),
-            reasons=(R.AMBIGUOUS_POOL_MATCH,),
+            types=(PoolConditionType.AGENT_MACHINE_DEMAND_FOUND,),
+            reasons=(PoolReason.AMBIGUOUS_POOL_MATCH,),
             words=(other,),
             # Caching the ISO does not depend on demand; creating a VM does.
             allow=(

@@ -16,8 +16,7 @@ import pytest
 
 from agentforge import shutdown
 from agentforge.api import kinds
-from agentforge.api.conditions import PoolConditionType as C
-from agentforge.api.conditions import PoolReason as R
+from agentforge.api.conditions import PoolConditionType, PoolReason
 from sim.blackhole import BlackHole
 from sim.operator import OperatorProcess
 from sim.world import Snapshot, World, samples
@@ -79,16 +78,16 @@ async def time_to_vm(world: World, pool: str) -> float:
 
 
 def unreachable_reported(snap: Snapshot, pool: str) -> bool:
-    cond = condition_of(snap.pool(pool), C.VSPHERE_READY)
+    cond = condition_of(snap.pool(pool), PoolConditionType.VSPHERE_READY)
     warned = [
         e
         for e in snap.events_about("VsphereAgentPool", pool)
-        if e.get("type") == "Warning" and e.get("reason") == R.VCENTER_UNREACHABLE
+        if e.get("type") == "Warning" and e.get("reason") == PoolReason.VCENTER_UNREACHABLE
     ]
     return (
         cond is not None
         and cond.get("status") == "False"
-        and cond.get("reason") == R.VCENTER_UNREACHABLE
+        and cond.get("reason") == PoolReason.VCENTER_UNREACHABLE
         and bool(warned)
     )
 
@@ -108,7 +107,8 @@ async def test_a_black_holed_vcenter_does_not_slow_a_healthy_pool_and_is_reporte
         await eventually(  # both measured from the same start: ISO cached, no VM yet
             world.snapshot,
             lambda s: all(
-                (c := condition_of(s.pool(p), C.ISO_READY)) is not None and c["status"] == "True"
+                (c := condition_of(s.pool(p), PoolConditionType.ISO_READY)) is not None
+                and c["status"] == "True"
                 for p in ("first", "second")
             ),
             within=WITHIN,
@@ -141,7 +141,7 @@ async def test_a_black_holed_vcenter_does_not_slow_a_healthy_pool_and_is_reporte
         f"{baseline:.1f}s alone"
     )
     assert snap.vms_of_pool("dead") == []
-    healthy = condition_of(snap.pool("first"), C.VSPHERE_READY)
+    healthy = condition_of(snap.pool("first"), PoolConditionType.VSPHERE_READY)
     assert healthy is not None
     assert healthy["status"] == "True"
     assert world.vcsim.password not in process.log_text()

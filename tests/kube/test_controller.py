@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 from typing import Any
 
+import pytest
+
 from agentforge.api.kinds import AGENT
-from agentforge.kube import client, controller, informer, store
+from agentforge.kube import client, controller, informer, queue, store
 from agentforge.kube.store import ObjectKey
 
 
@@ -80,5 +82,6 @@ async def test_every_object_change_is_reconciled_and_its_status_written(
             await ctrl.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(runner, 10)
-    assert ctrl.queue.shutting_down
+    with pytest.raises(queue.ShutDown):  # stop() shut the queue down
+        await ctrl.queue.get()
     assert {f"{namespace}/before-{i}" for i in range(3)} <= set(reconciled)

@@ -382,7 +382,7 @@ def test_manager_args_are_valid_operator_flags_with_leader_election(
 ) -> None:
     parsed = _settings_of(manager)
     assert parsed.leader_elect is True
-    assert parsed.all_namespaces
+    assert not parsed.namespaces  # every namespace
 
 
 def test_manager_probes_hit_healthz_and_readyz_on_the_bound_health_port(

@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentforge import observability
 from agentforge.settings import BindAddress, LogFormat, LogLevel
 
 
-async def _client(app: web.Application) -> TestClient[web.Request, web.Application]:
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    return client
+@contextlib.asynccontextmanager
+async def _serving(
+    probes: observability.Probes | None = None, registry: CollectorRegistry | None = None
+) -> AsyncIterator[aiohttp.ClientSession]:
+    """The operator's server on a free port, /metrics of `registry` if given, else the
+    probes; a session to it."""
+    address = BindAddress("127.0.0.1", 0)
+    server = observability.ObservabilityServer(
+        probes=probes or observability.Probes(),
+        metrics_address=address if registry is not None else None,
+        health_address=address if registry is None else None,
+        registry=registry or REGISTRY,
+    )
+    await server.start()
+    try:
+        (bound,) = server.bound.values()
+        async with aiohttp.ClientSession(base_url=f"http://{bound}") as session:
+            yield session
+    finally:
+        await server.stop()
 
 
 # --- redaction ----------------------------------------------------------------------
@@ -98,14 +114,10 @@ async def test_metrics_endpoint_serves_the_registry_in_prometheus_text_format() 
     registry = CollectorRegistry()
     things = Counter("agent_forge_things_total", "Things.", ["kind"], registry=registry)
     things.labels(kind="vm").inc(3)
-    client = await _client(observability.metrics_app(registry))
-    try:
-        response = await client.get("/metrics")
+    async with _serving(registry=registry) as client, client.get("/metrics") as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = await response.text()
-    finally:
-        await client.close()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     samples = families["agent_forge_things"].samples
     assert [(s.labels, s.value) for s in samples if s.name.endswith("_total")] == [
@@ -121,8 +133,7 @@ async def test_readyz_is_503_until_every_check_passes_then_200() -> None:
     synced = {"agents": False, "machines": False}
     probes.add_readiness_check("informers-synced", lambda: all(synced.values()))
     probes.add_readiness_check("agents", lambda: synced["agents"])
-    client = await _client(observability.health_app(probes))
-    try:
+    async with _serving(probes) as client:
         response = await client.get("/readyz")
         assert response.status == 503
         assert "[-]informers-synced failed" in await response.text()
@@ -136,18 +147,12 @@ async def test_readyz_is_503_until_every_check_passes_then_200() -> None:
             "[+]agents ok",
             "ok",
         ]
-    finally:
-        await client.close()
 
 
 async def test_readyz_without_any_check_is_not_ready() -> None:
-    client = await _client(observability.health_app(observability.Probes()))
-    try:
-        response = await client.get("/readyz")
+    async with _serving() as client, client.get("/readyz") as response:
         assert response.status == 503
         assert "no checks registered" in await response.text()
-    finally:
-        await client.close()
 
 
 async def test_a_readiness_check_that_raises_counts_as_failing() -> None:
@@ -184,13 +189,9 @@ async def test_healthz_fails_while_the_event_loop_lags_and_recovers_after() -> N
 
 
 async def test_healthz_is_200_while_the_process_is_alive() -> None:
-    client = await _client(observability.health_app(observability.Probes()))
-    try:
-        response = await client.get("/healthz")
+    async with _serving() as client, client.get("/healthz") as response:
         assert response.status == 200
         assert (await response.text()).splitlines()[-1] == "ok"
-    finally:
-        await client.close()
 
 
 # --- servers -----------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def _ordinary_messages() -> list[str]:
         "Secret demo/vsphere-credentials: key 'password' missing",
         "token bucket",
         "credentials Secret demo/x",
-        # kube/ratelimit.py, vsphere/ratelimit.py, kube/config.py, vsphere/tags.py
+        # ratelimit.py, kube/config.py, vsphere/tags.py
         "a token bucket needs rate > 0 and burst >= 1",
         "token file /var/run/secrets/kubernetes.io/serviceaccount/token is empty",
         "vAPI session for administrator@vsphere.local@vc.example:443 returned no token",

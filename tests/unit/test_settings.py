@@ -27,7 +27,7 @@ def _error(argv: list[str], env: dict[str, str] | None = None, **kw: Path) -> st
 def test_defaults_match_controller_runtime_conventions() -> None:
     s = _load([])
     assert s.kubeconfig is None
-    assert s.all_namespaces
+    assert not s.namespaces  # every namespace
     assert s.metrics_bind_address == settings.BindAddress("0.0.0.0", 8443)
     assert s.metrics_secure is True
     assert s.metrics_cert_path is None

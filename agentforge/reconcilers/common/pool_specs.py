@@ -16,8 +16,8 @@ from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.api.pool import FailureDomain, VsphereAgentPool
 from agentforge.kube.informer import Informer
-from agentforge.kube.ratelimit import BucketLimiter, ItemExponentialLimiter, MaxOfLimiter
 from agentforge.kube.store import IndexFunc, ObjectKey, key_for
+from agentforge.ratelimit import BucketLimiter, ItemExponentialLimiter, MaxOfLimiter
 from agentforge.reconcilers.common import indexes
 from agentforge.vsphere import specs
 

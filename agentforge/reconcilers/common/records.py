@@ -21,11 +21,6 @@ from agentforge.api import kinds
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.snapshot import (
-    AgentFacts,
-    AgentMachineFacts,
-    InfraEnvFacts,
-    MachineFacts,
-    VsphereAgentFacts,
     agent_facts,
     agent_machine_facts,
     infra_env_facts,
@@ -33,7 +28,7 @@ from agentforge.reconcilers.planning.snapshot import (
     vsphere_agent_facts,
 )
 
-__all__ = ["PARSERS", "RECORD_TYPES", "parser", "record"]
+__all__ = ["PARSERS", "parser", "record"]
 
 Parser = Callable[[dict[str, Any]], object]
 R = TypeVar("R")
@@ -46,15 +41,6 @@ PARSERS: Mapping[kinds.Kind, Parser] = {
     kinds.INFRA_ENV: infra_env_facts,
 }
 """Each parsed kind's parser; a kind not named here is cached as a dict only."""
-
-RECORD_TYPES: Mapping[kinds.Kind, type] = {
-    kinds.AGENT: AgentFacts,
-    kinds.AGENT_MACHINE: AgentMachineFacts,
-    kinds.MACHINE: MachineFacts,
-    kinds.VSPHERE_AGENT: VsphereAgentFacts,
-    kinds.INFRA_ENV: InfraEnvFacts,
-}
-"""The record type `PARSERS[kind]` returns."""
 
 
 def parser(kind: kinds.Kind) -> Parser | None:

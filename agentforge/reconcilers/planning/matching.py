@@ -55,14 +55,6 @@ class MatchRule(StrEnum):
     AGENT_REF = "AgentRef"
 
 
-class Exclusion(StrEnum):
-    """Why an Agent of the InfraEnv is not this pool's to match."""
-
-    CLAIMED = "ClaimedByOtherPool"
-    OTHER_CLUSTER = "BoundToOtherCluster"
-    OTHER_POOL_LABEL = "OtherPoolLabel"
-
-
 class Match(NamedTuple):
     agent: AgentFacts
     rule: MatchRule
@@ -90,27 +82,6 @@ def _in_agent_order(agents: Iterable[AgentFacts]) -> list[AgentFacts]:
     return sorted(sorted(agents, key=_BY_NAME), key=_BY_DELETING)
 
 
-def exclusion(
-    agent: AgentFacts,
-    *,
-    hosted_cluster: NamespacedName,
-    discriminator: str,
-    claims: Claims,
-    shared_names: Container[str] = frozenset(),
-) -> Exclusion | None:
-    """Why `agent` may not match this pool's VMs, or None when it may. `hosted_cluster`
-    is the pool's ClusterDeployment (control plane namespace, hosted cluster name);
-    `shared_names` the names of this pool's VMs (`Claims.claimant`)."""
-    if agent.cluster_deployment is not None and agent.cluster_deployment != hosted_cluster:
-        return Exclusion.OTHER_CLUSTER
-    label = agent.labels.get(names.LABEL_NODEPOOL)
-    if label and label != discriminator:
-        return Exclusion.OTHER_POOL_LABEL
-    if claims and claims.claimant(agent, shared_names=shared_names) is not None:
-        return Exclusion.CLAIMED
-    return None
-
-
 def eligible(
     agents: Iterable[AgentFacts],
     *,
@@ -119,9 +90,10 @@ def eligible(
     claims: Claims,
     shared_names: Container[str] = frozenset(),
 ) -> list[AgentFacts]:
-    """The `agents` without an `exclusion`, in their order.
-
-    The same rules as `exclusion`, inlined: this runs once per Agent per plan.
+    """The `agents` this pool may match, in their order: not bound to another hosted
+    cluster (`hosted_cluster`: the pool's ClusterDeployment, namespace and name), not
+    labelled for another pool (`discriminator`), not claimed by another pool (`claims`;
+    `shared_names`: the names of this pool's VMs, `Claims.claimant`).
     """
     claimant = claims.claimant if claims else None
     label_key = names.LABEL_NODEPOOL

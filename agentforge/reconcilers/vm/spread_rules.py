@@ -112,10 +112,6 @@ class Outcome:
     failed: list[str] = field(default_factory=list)
     """`cluster <c>: <error>`, for each change that failed."""
 
-    @property
-    def in_sync(self) -> bool:
-        return not self.waiting and not self.failed
-
 
 @dataclass(slots=True)
 class RuleSync:

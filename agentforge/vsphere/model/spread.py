@@ -23,7 +23,6 @@ name only when it carries both the prefix and the pool's own UID marker
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -65,11 +64,6 @@ def choose(buckets: Iterable[Bucket]) -> Choice:
 
 choose_domain = choose
 choose_host = choose
-
-
-def fair_share(vms: int, hosts: int) -> int:
-    """ceil(vms / hosts): the most any host holds when the pool is spread."""
-    return math.ceil(vms / hosts) if hosts > 0 else vms
 
 
 def rule_name(*, pool_uid: str, namespace: str, pool: str) -> str:
@@ -116,7 +110,6 @@ __all__ = [
     "choose",
     "choose_domain",
     "choose_host",
-    "fair_share",
     "owned_rule",
     "rule_change",
     "rule_name",

@@ -88,9 +88,6 @@ def test_conditions_of_other_types_are_kept_in_order() -> None:
         conditions.set_condition(status, type=name, value="True", reason="R", message="", now=T0)
     conditions.set_condition(status, type="B", value="False", reason="R", message="", now=T0)
     assert [c["type"] for c in status["conditions"]] == ["A", "B", "C"]
-    assert conditions.remove_condition(status, type="B")
-    assert not conditions.remove_condition(status, type="B")
-    assert [c["type"] for c in status["conditions"]] == ["A", "C"]
 
 
 def test_missing_status_reads_as_no_condition() -> None:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from agentforge.api import crdgen
-from agentforge.api.conditions import Condition, ConditionStatus, VsphereAgentConditionType
+from agentforge.api.conditions import Condition
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase
 from agentforge.api.vsphereagent import ISOEjectionPhase, VsphereAgent
-from agentforge.api.wire import merge_patch, to_wire
+from agentforge.api.wire import to_wire
 from tests.unit.api.support import MINIMAL_SPEC, crd_validator, pool_object
 
 Load = Callable[[str], dict[str, Any]]
@@ -130,23 +130,3 @@ def test_status_without_none_fields_but_with_empty_lists() -> None:
     assert pool_status["ownedVMs"] == []
     assert pool_status["conditions"] == []
     assert "observedGeneration" not in pool_status
-
-
-def test_merge_patch_nulls_a_cleared_record_and_keeps_unchanged_fields_out(
-    fixture: Load,
-) -> None:
-    agent = VsphereAgent.model_validate(fixture("go_vsphereagent.yaml"))
-    before = to_wire(agent)
-    agent.status.iso_ejection = None
-    ready = agent.status.conditions[1].model_copy(
-        update={"status": ConditionStatus.TRUE, "reason": "Ejected"}
-    )
-    agent.status.conditions = [agent.status.conditions[0], ready]
-    patch = merge_patch(before["status"], to_wire(agent)["status"])
-    assert patch["isoEjection"] is None
-    assert [c["type"] for c in patch["conditions"]] == [
-        VsphereAgentConditionType.READY,
-        VsphereAgentConditionType.ISO_EJECTED,
-    ]
-    assert "vm" not in patch
-    assert merge_patch(before, before) == {}

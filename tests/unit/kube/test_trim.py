@@ -38,19 +38,6 @@ def test_drop_managed_fields_removes_managed_fields_and_last_applied() -> None:
     assert out["metadata"]["annotations"] == {"keep": "me"}
 
 
-def test_keep_paths_keeps_identity_and_only_the_named_fields() -> None:
-    out = trim.keep_paths("spec.approved", "status.conditions.type", "status.conditions.status")(
-        agent()
-    )
-    assert out["metadata"]["resourceVersion"] == "9"
-    assert out["metadata"]["uid"] == "u"
-    assert out["metadata"]["labels"] == {"pool": "p"}
-    assert "managedFields" not in out["metadata"]
-    assert out["spec"] == {"approved": True}
-    assert out["status"] == {"conditions": [{"type": "Bound", "status": "True"}]}
-    assert out["kind"] == "Agent"
-
-
 def test_compact_interns_keys_and_short_values() -> None:
     one = trim.compact({"".join(["sta", "tus"]): "".join(["Tr", "ue"])})
     two = trim.compact({"".join(["st", "atus"]): "".join(["T", "rue"])})
@@ -58,8 +45,3 @@ def test_compact_interns_keys_and_short_values() -> None:
     assert k1 is k2
     assert v1 is v2
     assert v1 is sys.intern("True")
-
-
-def test_chain_applies_transforms_left_to_right() -> None:
-    out = trim.chain(trim.drop_managed_fields, trim.keep_paths("spec.hostname"))(agent())
-    assert out["spec"] == {"hostname": "h"}

@@ -9,7 +9,7 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api import views
-from agentforge.api.conditions import ISOEjectedReason as R
+from agentforge.api.conditions import ISOEjectedReason
 from agentforge.reconcilers.ejection import ejection_gate as gate
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
@@ -36,7 +36,7 @@ def decide(**kw: Any) -> gate.Hold | gate.Start:
     return gate.gate(**args)
 
 
-def held(result: gate.Hold | gate.Start) -> R | None:
+def held(result: gate.Hold | gate.Start) -> ISOEjectedReason | None:
     assert isinstance(result, gate.Hold), result
     return result.reason
 
@@ -50,14 +50,14 @@ def test_installed_true_starts_an_ejection() -> None:
 
 def test_a_pool_that_has_not_opted_in_shows_disabled_and_names_the_field() -> None:
     result = decide(enabled=False)
-    assert held(result) is R.DISABLED
+    assert held(result) is ISOEjectedReason.DISABLED
     assert isinstance(result, gate.Hold)
     assert "spec.iso.ejectAfterInstall" in result.message
 
 
 def test_bound_but_not_installed_never_starts_an_ejection() -> None:
     result = decide(agent=agent(installed="False"))
-    assert held(result) is R.WAITING_FOR_INSTALLATION
+    assert held(result) is ISOEjectedReason.WAITING_FOR_INSTALLATION
     assert isinstance(result, gate.Hold)
     assert "Bound alone is not enough" in result.message
 
@@ -72,14 +72,14 @@ def test_bound_but_not_installed_never_starts_an_ejection() -> None:
 )
 def test_scale_down_starts_no_new_ejection(change: dict[str, Any], why: str) -> None:
     result = decide(**change)
-    assert held(result) is R.DISABLED
+    assert held(result) is ISOEjectedReason.DISABLED
     assert isinstance(result, gate.Hold)
     assert why in result.message
 
 
 @pytest.mark.parametrize("change", [{"vm_ready": False}, {"vm_name": None}, {"agent": None}])
 def test_a_vm_without_an_installed_agent_waits(change: dict[str, Any]) -> None:
-    assert held(decide(**change)) is R.WAITING_FOR_INSTALLATION
+    assert held(decide(**change)) is ISOEjectedReason.WAITING_FOR_INSTALLATION
 
 
 @pytest.mark.parametrize(
@@ -87,32 +87,40 @@ def test_a_vm_without_an_installed_agent_waits(change: dict[str, Any]) -> None:
     [{"enabled": False}, {"released": True}, {"agent": None}, {}],
 )
 def test_an_ejected_condition_is_kept(change: dict[str, Any]) -> None:
-    result = decide(current=R.EJECTED, **change)
+    result = decide(current=ISOEjectedReason.EJECTED, **change)
     assert held(result) is None
 
 
 def test_ejected_survives_opting_out_even_when_the_agent_reinstalls() -> None:
-    assert held(decide(current=R.EJECTED, enabled=False, agent=agent(installed="False"))) is None
+    assert (
+        held(
+            decide(current=ISOEjectedReason.EJECTED, enabled=False, agent=agent(installed="False"))
+        )
+        is None
+    )
 
 
 def test_a_reinstalling_worker_of_an_opted_in_pool_waits_to_be_ejected_again() -> None:
-    result = decide(current=R.EJECTED, agent=agent(installed="False"))
-    assert held(result) is R.WAITING_FOR_INSTALLATION
+    result = decide(current=ISOEjectedReason.EJECTED, agent=agent(installed="False"))
+    assert held(result) is ISOEjectedReason.WAITING_FOR_INSTALLATION
 
 
 @pytest.mark.parametrize("change", [{}, {"agent": None}, {"vm_ready": False}])
 def test_no_owned_media_is_kept_without_a_vsphere_read(change: dict[str, Any]) -> None:
-    assert held(decide(current=R.NO_OWNED_MEDIA, **change)) is None
+    assert held(decide(current=ISOEjectedReason.NO_OWNED_MEDIA, **change)) is None
 
 
 def test_no_owned_media_turns_disabled_when_the_pool_opts_out() -> None:
-    assert held(decide(current=R.NO_OWNED_MEDIA, enabled=False)) is R.DISABLED
+    assert (
+        held(decide(current=ISOEjectedReason.NO_OWNED_MEDIA, enabled=False))
+        is ISOEjectedReason.DISABLED
+    )
 
 
 def test_no_owned_media_is_looked_at_again_after_a_reinstall() -> None:
-    result = decide(current=R.NO_OWNED_MEDIA, agent=agent(installed="False"))
-    assert held(result) is R.WAITING_FOR_INSTALLATION
-    assert isinstance(decide(current=R.WAITING_FOR_INSTALLATION), gate.Start)
+    result = decide(current=ISOEjectedReason.NO_OWNED_MEDIA, agent=agent(installed="False"))
+    assert held(result) is ISOEjectedReason.WAITING_FOR_INSTALLATION
+    assert isinstance(decide(current=ISOEjectedReason.WAITING_FOR_INSTALLATION), gate.Start)
 
 
 def test_a_vm_still_waiting_for_its_first_agent_says_so() -> None:
@@ -134,7 +142,7 @@ def test_an_agent_whose_serial_changed_after_binding_is_named_not_waited_for() -
             claimants=(changed,),
         ),
     )
-    assert held(result) is R.WAITING_FOR_INSTALLATION
+    assert held(result) is ISOEjectedReason.WAITING_FOR_INSTALLATION
     assert isinstance(result, gate.Hold)
     assert "register" not in result.message
     serial = changed.status.inventory.system_vendor.serial_number
@@ -157,7 +165,12 @@ def test_an_agent_that_went_away_after_binding_is_said_to_be_gone() -> None:
 
 
 def test_a_released_reclaimed_worker_keeps_ejected() -> None:
-    assert held(decide(current=R.EJECTED, released=True, agent=agent(installed="False"))) is None
+    assert (
+        held(
+            decide(current=ISOEjectedReason.EJECTED, released=True, agent=agent(installed="False"))
+        )
+        is None
+    )
 
 
 # --- which media is ours -------------------------------------------------------------------
@@ -257,7 +270,7 @@ LOOK_ALIKES = [
 def test_a_look_alike_medium_is_not_ejected_nor_reported_ejected(backing: str, why: str) -> None:
     result = plan(es.vm_facts(cdroms=(es.cdrom(3000, backing),)))
     assert result.cdrom is None
-    assert result.reason is R.NO_OWNED_MEDIA
+    assert result.reason is ISOEjectedReason.NO_OWNED_MEDIA
     assert result.message == (
         f"VM {es.VM} holds none of the pool's cached ISOs ([iso-ds] {es.PREFIX}/<sha256>.iso), "
         f"so nothing was ejected: CD-ROM 3000 holds {backing}: {why}. What is attached stays "
@@ -275,7 +288,7 @@ def test_every_cdrom_is_named_with_what_it_holds() -> None:
     empty = es.cdrom(3003, None)  # what an eject leaves
     other = es.cdrom(3000, f"[ds1] {es.PREFIX}/{es.SHA}.iso")
     result = plan(es.vm_facts(cdroms=(other, client, host, empty)))
-    assert result.reason is R.NO_OWNED_MEDIA
+    assert result.reason is ISOEjectedReason.NO_OWNED_MEDIA
     assert "CD-ROM 3000 holds [ds1]" in result.message
     assert "; CD-ROM 3001 is backed by a client device, not an ISO file" in result.message
     assert "; CD-ROM 3002 is backed by the host device /dev/sr0, not an ISO file" in result.message
@@ -286,13 +299,13 @@ def test_a_connected_client_device_alone_is_no_owned_media() -> None:
     client = dataclasses.replace(
         es.cdrom(3000, None), kind=vsphere.MediumKind.CLIENT, connected=True
     )
-    assert plan(es.vm_facts(cdroms=(client,))).reason is R.NO_OWNED_MEDIA
+    assert plan(es.vm_facts(cdroms=(client,))).reason is ISOEjectedReason.NO_OWNED_MEDIA
 
 
 def test_empty_cdroms_are_found_ejected_and_said_so() -> None:
     result = plan(es.vm_facts(cdroms=(es.cdrom(3000, None), es.cdrom(3001, None))))
     assert result.cdrom is None
-    assert result.reason is R.EJECTED
+    assert result.reason is ISOEjectedReason.EJECTED
     assert result.message == (
         f"no discovery ISO is attached to VM {es.VM}: CD-ROM 3000, CD-ROM 3001 are disconnected "
         "and empty (ejected before, by agent-forge or by hand); nothing was done"
@@ -302,7 +315,7 @@ def test_empty_cdroms_are_found_ejected_and_said_so() -> None:
 def test_a_vm_without_a_cdrom_says_so() -> None:
     facts = dataclasses.replace(es.vm_facts(), cdroms=())
     result = plan(facts)
-    assert result.reason is R.EJECTED
+    assert result.reason is ISOEjectedReason.EJECTED
     assert result.message == (
         f"no discovery ISO is attached to VM {es.VM}: it has no CD-ROM; nothing was done"
     )
@@ -319,7 +332,7 @@ def test_a_vm_with_another_owners_markers_is_refused() -> None:
     foreign = es.markers(vsphere_agent="someone-else")
     result = plan(es.vm_facts(owner=foreign))
     assert result.cdrom is None
-    assert result.reason is R.EJECTION_FAILED
+    assert result.reason is ISOEjectedReason.EJECTION_FAILED
     assert "nothing was touched" in result.message
 
 
@@ -330,29 +343,29 @@ def test_an_unmarked_vm_with_the_recorded_name_counts_as_ours() -> None:
 
 def test_an_unmarked_vm_with_another_name_is_refused() -> None:
     result = plan(es.vm_facts(unmarked=True), vm_name="another-vm")
-    assert result.reason is R.EJECTION_FAILED
+    assert result.reason is ISOEjectedReason.EJECTION_FAILED
 
 
 def test_an_agent_whose_serial_is_another_vm_is_refused() -> None:
     result = plan(es.vm_facts(), agent=agent(bios_uuid=ps.uuid(8)))
-    assert result.reason is R.EJECTION_FAILED
+    assert result.reason is ISOEjectedReason.EJECTION_FAILED
     assert "serial" in result.message
 
 
 def test_an_agent_whose_macs_are_not_the_vms_is_refused() -> None:
     result = plan(es.vm_facts(), agent=agent(macs=(ps.mac(8),)))
-    assert result.reason is R.EJECTION_FAILED
+    assert result.reason is ISOEjectedReason.EJECTION_FAILED
     assert "MAC" in result.message
 
 
 def test_a_question_pending_before_the_start_is_not_ours_and_nothing_starts() -> None:
     result = plan(es.vm_facts(pending=es.question(message="msg.uuid.altered")))
     assert result.cdrom is None
-    assert result.reason is R.EJECTION_FAILED
+    assert result.reason is ISOEjectedReason.EJECTION_FAILED
     assert "did not raise" in result.message
 
 
 def test_a_vm_that_is_gone_is_reported() -> None:
     result = plan(None)
-    assert result.reason is R.EJECTION_FAILED
+    assert result.reason is ISOEjectedReason.EJECTION_FAILED
     assert es.UUID in result.message

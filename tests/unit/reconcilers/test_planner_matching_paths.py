@@ -3,7 +3,8 @@
 `matching` sorts only tied Agents, builds the MAC/hostname/agentRef indexes only for
 the VMs the BIOS UUID pass leaves over, orders VMs by two stable sorts and filters
 eligible Agents in one inlined loop. Each must give exactly what the plain version
-gives: four passes over all VMs with full indexes, one tuple-key sort, `exclusion`.
+gives: four passes over all VMs with full indexes, one tuple-key sort, one test
+per rule for each Agent.
 """
 
 from __future__ import annotations
@@ -158,17 +159,21 @@ def test_vm_order_is_the_order_of_the_name_pair(vms: list[VsphereAgentFacts]) ->
 
 @PATHS
 @given(agents(), st.booleans(), st.integers(0, 4), st.sampled_from([None, "a-0", "a-1"]))
-def test_eligible_keeps_exactly_the_agents_without_an_exclusion(
+def test_eligible_keeps_exactly_the_agents_of_this_cluster_pool_and_unclaimed(
     agents: list[AgentFacts], claimed: bool, n_uuid: int, agent_ref: str | None
 ) -> None:
     claims = Claims.of(
         [Claim("other", "x", "vm-1", uuid(n_uuid), None, agent_ref)] if claimed else []
     )
-    context: dict[str, Any] = {
-        "hosted_cluster": NamespacedName(CPNS, "demo"),
-        "discriminator": "workers",
-        "claims": claims,
-    }
-    assert matching.eligible(agents, **context) == [
-        a for a in agents if matching.exclusion(a, **context) is None
-    ]
+    hosted_cluster = NamespacedName(CPNS, "demo")
+
+    def excluded(agent: AgentFacts) -> bool:
+        return (
+            agent.cluster_deployment not in (None, hosted_cluster)
+            or agent.labels.get(names.LABEL_NODEPOOL) not in (None, "", "workers")
+            or claims.claimant(agent) is not None
+        )
+
+    assert matching.eligible(
+        agents, hosted_cluster=hosted_cluster, discriminator="workers", claims=claims
+    ) == [a for a in agents if not excluded(a)]

@@ -131,7 +131,6 @@ async def test_a_change_is_started_not_waited_for_and_its_outcome_read_on_the_ne
     first = await sync(rules, vc, want)
     assert first.waiting == ["task-1"]  # started, and the pass ends
     assert vc.started == [("cluster-a", ("vm-1", "vm-2"))]
-    assert not first.in_sync
 
     running = await sync(rules, vc, want)  # woken by something else: still running
     assert running.waiting == ["task-1"]
@@ -140,12 +139,12 @@ async def test_a_change_is_started_not_waited_for_and_its_outcome_read_on_the_ne
 
     vc.finish("task-1")
     done = await sync(rules, vc, want)
-    assert done.in_sync
+    assert (done.waiting, done.failed) == ([], [])
     assert done.changed == ["add in cluster-a"]
 
     vc.started.clear()
     again = await sync(rules, vc, want)  # confirmed: vCenter is not asked
-    assert again.in_sync
+    assert (again.waiting, again.failed) == ([], [])
     assert not again.changed
     assert vc.started == []
 
@@ -171,7 +170,8 @@ async def test_a_failed_task_is_reported_once_then_started_again() -> None:
     retried = await sync(rules, vc, want)
     assert retried.waiting == ["task-2"]
     vc.finish("task-2")
-    assert (await sync(rules, vc, want)).in_sync
+    finished = await sync(rules, vc, want)
+    assert (finished.waiting, finished.failed) == ([], [])
     assert vc.rules == {"cluster-a": ("vm-1", "vm-2")}
 
 
@@ -195,7 +195,7 @@ async def test_a_task_vcenter_forgot_makes_the_rule_be_read_again() -> None:
     del vc.tasks["task-1"]
     vc.pending.clear()
     outcome = await sync(rules, vc, want)
-    assert outcome.in_sync
+    assert (outcome.waiting, outcome.failed) == ([], [])
     assert len(vc.started) == 1  # read again: nothing left to change
 
 
@@ -242,7 +242,7 @@ async def test_a_cluster_that_is_gone_needs_no_rule_unless_vms_are_recorded_ther
 
     vc.start_anti_affinity = start  # type: ignore[method-assign]
     empty = await sync(rules, vc, {"cluster-b": ()})
-    assert empty.in_sync  # a deleted pool is not held by it
+    assert (empty.waiting, empty.failed) == ([], [])  # a deleted pool is not held by it
     held = await sync(rules, vc, {"cluster-b": ("vm-3", "vm-4")})
     assert held.failed == [
         "cluster cluster-b: compute cluster cluster-b not found in datacenter dc1"

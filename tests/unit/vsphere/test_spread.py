@@ -8,6 +8,7 @@ and always reported; the anti-affinity rule is only ever one the pool proves it 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,11 @@ from hypothesis import strategies as st
 
 from agentforge.vsphere.model import spread
 from agentforge.vsphere.model.spread import Bucket
+
+
+def fair_share(vms: int, hosts: int) -> int:
+    """ceil(vms / hosts): the most any host holds when the pool is spread."""
+    return math.ceil(vms / hosts)
 
 
 def _place(buckets: list[Bucket], n: int) -> list[Bucket]:
@@ -37,9 +43,9 @@ def test_no_host_holds_more_than_its_fair_share(frees: list[int], n: int) -> Non
     hosts = [Bucket(name=f"esx-{i}", vms=0, free=f) for i, f in enumerate(frees)]
     placed = _place(hosts, n)
     assert sum(b.vms for b in placed) == n
-    assert max(b.vms for b in placed) <= spread.fair_share(n, len(hosts))
+    assert max(b.vms for b in placed) <= fair_share(n, len(hosts))
     # one disconnected host costs at most the fair share
-    assert all(b.vms <= spread.fair_share(n, len(hosts)) for b in placed)
+    assert all(b.vms <= fair_share(n, len(hosts)) for b in placed)
 
 
 @given(
@@ -53,7 +59,7 @@ def test_after_a_host_is_lost_the_rest_stay_fair(
 ) -> None:
     hosts = _place([Bucket(name=f"esx-{i}", vms=0, free=f) for i, f in enumerate(frees)], before)
     lost = down.draw(st.integers(min_value=0, max_value=len(hosts) - 1))
-    assert hosts[lost].vms <= spread.fair_share(before, len(hosts))
+    assert hosts[lost].vms <= fair_share(before, len(hosts))
     hosts[lost] = dataclasses.replace(hosts[lost], unusable="host disconnected")
     if len(hosts) == 1:
         assert spread.choose(hosts).chosen is None
@@ -87,7 +93,7 @@ def test_domains_then_hosts_keep_every_host_within_ceil_n_over_h(
         assert host is not None
         load[d] = [dataclasses.replace(b, vms=b.vms + (b == host)) for b in load[d]]
     every = [b.vms for hosts in load.values() for b in hosts]
-    assert max(every) <= spread.fair_share(n, domains * per_domain)
+    assert max(every) <= fair_share(n, domains * per_domain)
 
 
 def test_ties_go_to_the_most_free_then_the_name() -> None:

@@ -1,5 +1,8 @@
 """How long to wait before trying again: per-key backoff, token buckets, jitter.
 
+Layer-neutral: the Kubernetes runtime (work queues, event spam filter, reflector)
+and the vSphere sessions (one bucket per vCenter) both use it.
+
 Semantics of client-go's `util/workqueue/default_rate_limiters.go`:
 
 * `ItemExponentialLimiter`: the n-th consecutive failure of a key waits
@@ -11,16 +14,20 @@ Semantics of client-go's `util/workqueue/default_rate_limiters.go`:
 * `default_controller_limiter()`: max(per-key exponential, bucket), as client-go's
   `DefaultControllerRateLimiter`.
 
-`TokenBucket` is also used on its own (the event recorder's per-object spam
-filter), and `Backoff` is the reflector's jittered exponential backoff.
+`TokenBucket` is also used on its own: the event recorder's per-object spam
+filter (`try_take`) and the per-vCenter call rate of the vSphere sessions
+(`await acquire()`: callers are served in arrival order, each reserving the next
+token and sleeping until it exists). `Backoff` is the reflector's jittered
+exponential backoff.
 Every clock is injected: a function returning monotonic seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 __all__ = [
@@ -52,12 +59,20 @@ class RateLimiter(Protocol[K_contra]):
 class TokenBucket:
     """`rate` tokens per second, at most `burst` banked; starts full."""
 
-    def __init__(self, *, rate: float, burst: int, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        rate: float,
+        burst: int,
+        clock: Clock = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("a token bucket needs rate > 0 and burst >= 1")
         self.rate = rate
         self.burst = burst
         self._clock = clock
+        self._sleep = sleep
         self._tokens = float(burst)
         self._last = clock()
 
@@ -79,6 +94,12 @@ class TokenBucket:
         self._refill()
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    async def acquire(self) -> None:
+        """Return once a token is there (reserved now, so waiters go in arrival order)."""
+        delay = self.reserve()
+        if delay > 0:
+            await self._sleep(delay)
 
 
 class ItemExponentialLimiter(Generic[K]):

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
-from agentforge.kube import ratelimit
+from agentforge import ratelimit
 
 
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0.0
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
 
 
 def test_item_backoff_doubles_from_5ms_and_caps_at_5_minutes() -> None:
@@ -88,3 +94,44 @@ def test_backoff_grows_with_jitter_up_to_cap_and_resets() -> None:
 def test_token_bucket_rejects_nonsense_parameters() -> None:
     with pytest.raises(ValueError, match="rate"):
         ratelimit.TokenBucket(rate=0, burst=1)
+
+
+async def test_token_bucket_acquire_lets_a_burst_pass_without_waiting() -> None:
+    clock = FakeClock()
+    bucket = ratelimit.TokenBucket(rate=10, burst=5, clock=clock, sleep=clock.sleep)
+    for _ in range(5):
+        await bucket.acquire()
+    assert clock.slept == []
+
+
+async def test_token_bucket_acquire_paces_calls_beyond_the_burst_at_the_rate() -> None:
+    clock = FakeClock()
+    bucket = ratelimit.TokenBucket(rate=10, burst=2, clock=clock, sleep=clock.sleep)
+    for _ in range(6):
+        await bucket.acquire()
+    assert clock.now == pytest.approx(0.4)
+    assert clock.slept == pytest.approx([0.1] * 4)
+
+
+async def test_token_bucket_acquire_gives_concurrent_waiters_successive_tokens() -> None:
+    clock = FakeClock()  # stands still while they wait: all arrive at once
+    delays: list[float] = []
+
+    async def record(seconds: float) -> None:
+        delays.append(seconds)
+        await asyncio.sleep(0)
+
+    bucket = ratelimit.TokenBucket(rate=1, burst=1, clock=clock, sleep=record)
+    await asyncio.gather(*(bucket.acquire() for _ in range(4)))
+    assert delays == pytest.approx([1.0, 2.0, 3.0])
+
+
+async def test_token_bucket_idle_time_refills_up_to_the_burst_only() -> None:
+    clock = FakeClock()
+    bucket = ratelimit.TokenBucket(rate=1, burst=2, clock=clock, sleep=clock.sleep)
+    await bucket.acquire()
+    await bucket.acquire()
+    clock.now += 100
+    for _ in range(3):
+        await bucket.acquire()
+    assert clock.slept == [1.0]
