@@ -15,11 +15,14 @@ How config/ becomes the chart:
   --create-namespace` or your own, labelled as docs/installation.md says), with Helm's
   standard labels added to its metadata;
 * values replace what users set per installation, and their defaults are config/'s
-  values: `image` (repository, tag or digest), `replicaCount`, `resources`, `affinity`,
-  `nodeSelector`, `tolerations`, `namespaces` (the `--namespace` flags; empty: all),
-  `logLevel`, `networkPolicy.enabled`, `podDisruptionBudget.enabled`, and
-  `monitoring.enabled` for config/prometheus (needs the Prometheus Operator's CRDs);
-  `values.schema.json`, generated with them, refuses a misspelt or mistyped value;
+  values: `image` (repository, tag or digest), `replicaCount`, `resources`, `env`,
+  `imagePullSecrets`, `priorityClassName`, `affinity`, `nodeSelector`, `tolerations`,
+  `podLabels` and `podAnnotations` (added to config's, whose keys they cannot repeat),
+  `namespaces` (the `--namespace` flags; empty: all), `logLevel`,
+  `networkPolicy.enabled`, `podDisruptionBudget.enabled`, and `monitoring.enabled` for
+  config/prometheus (needs the Prometheus Operator's CRDs; its ServiceMonitor selects
+  the metrics Service in the release namespace); `values.schema.json`, generated with
+  them, refuses a misspelt or mistyped value;
 * text that looks like a Go template in config/ (the alerts' `{{ $labels.pool }}`, the
   dashboard's legends) is escaped, so Helm renders it unchanged.
 
@@ -157,14 +160,54 @@ def _template(obj: JsonObj, snippets: _Snippets, *, condition: str | None = None
     for subject in obj.get("subjects") or []:
         if subject.get("namespace") == CONFIG_NAMESPACE:
             subject["namespace"] = snippets.scalar("{{ .Release.Namespace }}")
+    selector = (obj.get("spec") or {}).get("namespaceSelector") or {}
+    if "matchNames" in selector:  # the ServiceMonitor: the Service is in the release namespace
+        selector["matchNames"] = [
+            snippets.scalar("{{ .Release.Namespace }}") if name == CONFIG_NAMESPACE else name
+            for name in selector["matchNames"]
+        ]
     text = snippets.apply(_dump(obj))
     if condition:
         text = f"{{{{- if {condition} }}}}\n{text}{{{{- end }}}}\n"
     return HEADER + text
 
 
-def _deployment(obj: JsonObj, snippets: _Snippets, values: JsonObj) -> JsonObj:
-    """The Deployment with values in place of config's settings; `values` gets the defaults."""
+def _optional(snippets: _Snippets, field: str) -> str:
+    """A key rendered from `.Values.<field>` (as YAML under the key), left out when empty."""
+    return snippets.keyed(
+        "{{{{- with .Values." + field + " }}}}",
+        "{key}:",
+        "  {{{{- toYaml . | nindent {n} }}}}",
+        "{{{{- end }}}}",
+    )
+
+
+def _added(snippets: _Snippets, fixed: dict[str, str], field: str) -> str:
+    """A mapping: config's entries, then those of `.Values.<field>`."""
+    return snippets.block(
+        *_static_yaml(fixed),
+        "{{{{- with .Values." + field + " }}}}",
+        "{{{{- toYaml . | nindent {n} }}}}",
+        "{{{{- end }}}}",
+    )
+
+
+def _strings_except(keys: Sequence[str]) -> JsonObj:
+    """A mapping of strings whose keys are none of `keys` (config's own, which stay)."""
+    schema: JsonObj = {"type": "object", "additionalProperties": {"type": "string"}}
+    if keys:
+        schema["propertyNames"] = {"not": {"enum": sorted(keys)}}
+    return schema
+
+
+_NAMED = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
+
+
+def _deployment(
+    obj: JsonObj, snippets: _Snippets, values: JsonObj, schemas: dict[str, JsonObj]
+) -> JsonObj:
+    """The Deployment with values in place of config's settings; `values` gets the defaults,
+    `schemas` the schema of each value a schema derived from its default would not fit."""
     obj = copy.deepcopy(obj)
     spec = obj["spec"]
     values["replicaCount"] = spec["replicas"]
@@ -197,16 +240,38 @@ def _deployment(obj: JsonObj, snippets: _Snippets, values: JsonObj) -> JsonObj:
         )
     )
     manager["args"] = args
+    values["env"] = manager.get("env") or []
+    schemas["env"] = {"type": "array", "items": _NAMED}
+    manager["env"] = _optional(snippets, "env")
     values["resources"] = manager["resources"]
+    schemas["resources"] = {"type": "object"}
     manager["resources"] = snippets.block("{{{{- toYaml .Values.resources | nindent {n} }}}}")
-    for field in ("affinity", "nodeSelector", "tolerations"):
+    values["imagePullSecrets"] = pod.get("imagePullSecrets") or []
+    schemas["imagePullSecrets"] = {
+        "type": "array",
+        "items": {**_NAMED, "additionalProperties": False},
+    }
+    pod["imagePullSecrets"] = _optional(snippets, "imagePullSecrets")
+    values["priorityClassName"] = pod.get("priorityClassName") or ""
+    pod["priorityClassName"] = snippets.keyed(
+        "{{{{- with .Values.priorityClassName }}}}",
+        "{key}: {{{{ . | quote }}}}",
+        "{{{{- end }}}}",
+    )
+    for field, schema in (
+        ("affinity", {"type": "object"}),
+        ("nodeSelector", _strings_except([])),
+        ("tolerations", {"type": "array", "items": {"type": "object"}}),
+    ):
         values[field] = pod.get(field) or ({} if field != "tolerations" else [])
-        pod[field] = snippets.keyed(
-            "{{{{- with .Values." + field + " }}}}",
-            "{key}:",
-            "  {{{{- toYaml . | nindent {n} }}}}",
-            "{{{{- end }}}}",
-        )
+        schemas[field] = schema
+        pod[field] = _optional(snippets, field)
+    pod_meta = spec["template"]["metadata"]
+    for field, key in (("podLabels", "labels"), ("podAnnotations", "annotations")):
+        fixed = pod_meta.get(key) or {}
+        values[field] = {}
+        schemas[field] = _strings_except(list(fixed))
+        pod_meta[key] = _added(snippets, fixed, field) if fixed else _optional(snippets, field)
     return obj
 
 
@@ -229,15 +294,13 @@ def _schema(value: Any) -> JsonObj:
     raise TypeError(f"no schema for {value!r}")
 
 
-_FREE_FORM = ("resources", "affinity", "nodeSelector", "tolerations")
-
-
 def render() -> dict[Path, str]:
     """Every file of the chart by path."""
     objects = kustomize.build(CONFIG / "default")
     monitoring = kustomize.build(CONFIG / "prometheus")
     files: dict[Path, str] = {}
     values: JsonObj = {}
+    schemas: dict[str, JsonObj] = {}
     for obj in objects:
         kind, name = obj["kind"], obj["metadata"]["name"]
         snippets = _Snippets()
@@ -249,7 +312,7 @@ def render() -> dict[Path, str]:
         condition = None
         templated = obj
         if kind == "Deployment":
-            templated = _deployment(obj, snippets, values)
+            templated = _deployment(obj, snippets, values, schemas)
         elif kind == "NetworkPolicy":
             condition = ".Values.networkPolicy.enabled"
         elif kind == "PodDisruptionBudget":
@@ -266,8 +329,7 @@ def render() -> dict[Path, str]:
     values["podDisruptionBudget"] = {"enabled": True}
     values["monitoring"] = {"enabled": False}
     schema = _schema(values)
-    for field in _FREE_FORM:
-        schema["properties"][field] = {"type": "array" if field == "tolerations" else "object"}
+    schema["properties"].update(schemas)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     files[CHART / "values.yaml"] = HEADER + chart_templates.values_comments(_dump(values))
     files[CHART / "values.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"

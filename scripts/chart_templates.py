@@ -66,8 +66,17 @@ _COMMENTS = {
     "logLevel": "--log-level: debug, info, warning or error.",
     "namespaces": "Namespaces to watch (--namespace for each); empty: all. List each pool's "
     "namespace and its hosted control plane namespace (clusters-<name>).",
+    "env": "Environment of the manager container, e.g. the cluster proxy for ISO downloads: "
+    "HTTPS_PROXY, HTTP_PROXY, NO_PROXY (docs/configuration.md#iso-downloads-trusted-cas-proxy-"
+    "redirects-size); `valueFrom` works too.",
     "resources": "From bench/results/latest.md; docs/scaling.md says how to size larger fleets.",
-    "affinity": "Default: spread the replicas over nodes.",
+    "podLabels": "Labels added to the pod's own, which (the selector's among them) stay.",
+    "podAnnotations": "Annotations added to the pod's own, which stay.",
+    "imagePullSecrets": "Secrets (in the release namespace) to pull the image from a private "
+    "registry: [{name: my-pull-secret}].",
+    "priorityClassName": "The pod's PriorityClass; empty: the cluster's default.",
+    "affinity": "Default: spread the replicas over nodes (Helm merges what you set into it; "
+    "podAntiAffinity: null drops the spread).",
     "nodeSelector": "Pod nodeSelector.",
     "tolerations": "Pod tolerations.",
     "networkPolicy": "config/network-policy: deny all traffic but DNS, the API server, "

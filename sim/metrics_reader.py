@@ -6,11 +6,15 @@ metrics-reader ClusterRole of `config/rbac`), requests a token for it, and issue
 serving certificate for the operator signed by the control plane's CA, so a
 scraper can verify the operator's TLS as it would a mounted certificate in a
 cluster. `sim.operator.OperatorProcess(..., metrics=reader)` uses all three.
+
+`servicemonitor_targets(monitor, services)` is what the Prometheus Operator would
+make of a ServiceMonitor (the test control plane runs none): the Services it selects
+and the port of each to scrape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,7 @@ import yaml
 from sim import paths
 from sim.controlplane import ControlPlane, identities
 
-__all__ = ["SHIPPED", "MetricsReader", "metrics_reader"]
+__all__ = ["SHIPPED", "MetricsReader", "metrics_reader", "servicemonitor_targets"]
 
 SHIPPED = paths.REPO_ROOT / "config" / "prometheus" / "metrics_reader.yaml"
 _PLURALS = {"ServiceAccount": "serviceaccounts", "ClusterRoleBinding": "clusterrolebindings"}
@@ -77,3 +81,39 @@ def _path(obj: Mapping[str, Any]) -> str:
     namespace = meta.get("namespace")
     where = f"/namespaces/{namespace}" if namespace else ""
     return f"{base}{where}/{_PLURALS[obj['kind']]}/{meta['name']}"
+
+
+_OPERATORS: dict[str, Callable[[str | None, list[str]], bool]] = {
+    "In": lambda value, values: value in values,
+    "NotIn": lambda value, values: value not in values,
+    "Exists": lambda value, _: value is not None,
+    "DoesNotExist": lambda value, _: value is None,
+}
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A label selector (matchLabels and matchExpressions) evaluated on `labels`."""
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and all(
+        _OPERATORS[e["operator"]](labels.get(e["key"]), e.get("values") or [])
+        for e in selector.get("matchExpressions") or []
+    )
+
+
+def servicemonitor_targets(
+    monitor: Mapping[str, Any], services: Iterable[Mapping[str, Any]]
+) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """(Service, endpoint) for each endpoint of `monitor` and each of `services` it
+    scrapes, as the Prometheus Operator picks them: Services in the `namespaceSelector`
+    (`any`, or `matchNames`; without one, the ServiceMonitor's own namespace) whose
+    labels match the `selector`, with a port named as the endpoint's `port`."""
+    spec = monitor["spec"]
+    namespaces = spec.get("namespaceSelector") or {}
+    names = namespaces.get("matchNames") or [monitor["metadata"]["namespace"]]
+    return [
+        (service, endpoint)
+        for service in services
+        if (namespaces.get("any") or service["metadata"].get("namespace") in names)
+        and _selects(spec["selector"], service["metadata"].get("labels") or {})
+        for endpoint in spec["endpoints"]
+        if endpoint["port"] in {port.get("name") for port in service["spec"]["ports"]}
+    ]

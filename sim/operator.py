@@ -6,7 +6,9 @@ appended to a file, metrics and probes bound to `127.0.0.1:0`. The kernel picks 
 ports and the operator logs them ("serving"), so there is no free-port race:
 `wait_serving()` reads them back from the log. The process runs in its own session
 so `kill()` (SIGKILL) and `terminate()` (SIGTERM) reach it alone; leaving the
-context manager SIGTERMs it and SIGKILLs it if it lingers.
+context manager SIGTERMs it and SIGKILLs it if it lingers. `uid=` runs it as that UID
+in group 0 alone (through `setpriv`, which needs root), `python=` with another
+interpreter than the harness' (one that UID can execute).
 
 Waiting is always for a named condition with a deadline (`wait_ready`, `wait_log`,
 `wait_exit`, `first_to_log`); a process that dies while waited for fails the wait at
@@ -141,6 +143,8 @@ class OperatorProcess:
         probe: bool = False,
         name: str = "operator",
         metrics: MetricsReader | None = None,
+        uid: int | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.args = args
@@ -149,6 +153,8 @@ class OperatorProcess:
         self.metrics_reader = metrics
         self._env = env
         self._probe = probe
+        self._uid = uid
+        self._python = python
         self._process: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
         self.metrics_address: str | None = None
@@ -159,7 +165,10 @@ class OperatorProcess:
 
     def start(self) -> Self:
         module = "sim.operator" if self._probe else "agentforge"
-        argv = [sys.executable, "-m", module]
+        argv = [self._python, "-m", module]
+        if self._uid is not None:  # as OpenShift's restricted SCC runs a pod: group 0 alone
+            setpriv = ["setpriv", f"--reuid={self._uid}", "--regid=0", "--clear-groups"]
+            argv = [*setpriv, *argv]
         if not self._probe:
             argv.append("run")
         argv += [

@@ -11,6 +11,8 @@ EXTERNAL_CRDS_DIR = Path(
     os.environ.get("AGENTFORGE_EXTERNAL_CRDS", REPO_ROOT / "sim" / "crds" / "external")
 )
 OUR_CRDS_DIR = REPO_ROOT / "config" / "crd"
+# The Prometheus Operator's ServiceMonitor and PrometheusRule (the chart's monitoring).
+MONITORING_CRDS_DIR = REPO_ROOT / "sim" / "crds" / "monitoring"
 
 _MAKE_TARGET = {
     "kube-apiserver": "controlplane",

@@ -179,7 +179,13 @@ def _choose_source(*, kubeconfig: Path | str | None, env: Mapping[str, str]) -> 
     elif env.get(SERVICE_HOST_ENV) and SERVICE_TOKEN_FILE.exists():
         return None
     else:
-        path = DEFAULT_KUBECONFIG.expanduser()
+        try:
+            path = DEFAULT_KUBECONFIG.expanduser()
+        except RuntimeError:  # no HOME and no passwd entry: there is no ~
+            raise ConfigError(
+                "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG or run in "
+                f"a pod with a service account ({DEFAULT_KUBECONFIG}: no home directory)"
+            ) from None
         if not path.exists():
             raise ConfigError(
                 "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, run in a "

@@ -17,18 +17,43 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import incluster_config, kube_config
 
 from agentforge.kube.config import Probe
 
 __all__ = ["main"]
+
+# A UID with no passwd entry and no HOME (an arbitrary UID in a restricted pod) has no
+# home directory, and importing kubernetes_asyncio computes `Path.home() / ".kube/config"`
+# as its default kubeconfig path even when KUBECONFIG is set, which raises there. The
+# probe always names the file it reads, so that default is never used: the import gets
+# a placeholder HOME, removed again before any loader (or exec plugin) runs.
+NO_HOME = "/nonexistent"
+
+
+@contextlib.contextmanager
+def _placeholder_home() -> Iterator[None]:
+    try:
+        Path.home()
+    except RuntimeError:
+        os.environ["HOME"] = NO_HOME
+        try:
+            yield
+        finally:
+            del os.environ["HOME"]
+    else:
+        yield
+
+
+with _placeholder_home():
+    from kubernetes_asyncio.client import Configuration
+    from kubernetes_asyncio.config import incluster_config, kube_config
 
 
 def _read(path: str | None) -> str | None:

@@ -9,6 +9,12 @@ ServiceAccount with the TokenRequest API (what the kubelet would mount) and runs
 real operator process with it and with the flags of the chart's Deployment. A NodePool
 of one replica must then get its VM: the ClusterRole the chart installed lets the
 operator see the demand, create the VsphereAgent and write its status.
+
+The release namespace is not `agent-forge-system`, and the chart's monitoring is on
+(the Prometheus Operator's CRDs are installed, but no Prometheus Operator runs): the
+test evaluates the ServiceMonitor as the Prometheus Operator would, against the
+Services the API server holds, and scrapes the operator with what it names (the path,
+the scheme, the TLS settings and the bearer token of the identity the chart made).
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from typing import Any
 import pytest
 
 from agentforge.api import names
-from sim.controlplane import ControlPlane
+from sim.controlplane import ControlPlane, identities
+from sim.metrics_reader import servicemonitor_targets
 from sim.operator import OperatorProcess
-from sim.paths import EXTERNAL_CRDS_DIR, REPO_ROOT, binary
+from sim.paths import EXTERNAL_CRDS_DIR, MONITORING_CRDS_DIR, REPO_ROOT, binary
 from sim.vcsim import Vcsim
 from sim.world import World
 from tests.e2e.support import E2E_TIMINGS, destroy_vms, eventually, wait_converged
@@ -38,9 +45,10 @@ POOL = "workers"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """The external CRDs only: ours must come from the chart."""
+    """The external CRDs (and the Prometheus Operator's) only: ours must come from the chart."""
     control_plane = ControlPlane(
-        workdir=tmp_path_factory.mktemp("helm-cp"), crd_paths=[EXTERNAL_CRDS_DIR]
+        workdir=tmp_path_factory.mktemp("helm-cp"),
+        crd_paths=[EXTERNAL_CRDS_DIR, MONITORING_CRDS_DIR],
     )
     control_plane.start()
     try:
@@ -69,7 +77,8 @@ def _get(cluster: ControlPlane, path: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def installed(cluster: ControlPlane) -> dict[str, Any]:
-    """The chart installed for the pool's two namespaces; its Deployment as the API has it."""
+    """The chart installed for the pool's two namespaces, with monitoring; its Deployment
+    as the API has it."""
     helm(
         cluster,
         "install",
@@ -82,6 +91,8 @@ def installed(cluster: ControlPlane) -> dict[str, Any]:
         "image.repository=registry.example.com/agent-forge",
         "--set",
         f"namespaces={{{POOL_NAMESPACE},{CONTROL_PLANE_NAMESPACE}}}",
+        "--set",
+        "monitoring.enabled=true",
     )
     return _get(
         cluster,
@@ -138,6 +149,62 @@ async def operator(
         yield process
     finally:
         await process.stop()
+
+
+def _named_port(container: dict[str, Any], target: str | int) -> int:
+    """The container port a Service's `targetPort` (a name or a number) means."""
+    for port in container["ports"]:
+        if target in (port.get("name"), port["containerPort"]):
+            return int(port["containerPort"])
+    raise AssertionError(f"no port {target!r} in the {container['name']} container")
+
+
+async def test_the_charts_servicemonitor_scrapes_the_operator_outside_agent_forge_system(
+    cluster: ControlPlane, installed: dict[str, Any], operator: OperatorProcess
+) -> None:
+    assert RELEASE_NAMESPACE != names.DEPLOYMENT_NAMESPACE
+    (monitor,) = _get(
+        cluster, f"/apis/monitoring.coreos.com/v1/namespaces/{RELEASE_NAMESPACE}/servicemonitors"
+    )["items"]
+    # What the Prometheus Operator would select among every Service in the cluster.
+    services = _get(cluster, "/api/v1/services")["items"]
+    ((service, endpoint),) = servicemonitor_targets(monitor, services)
+    assert service["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert service["metadata"]["name"] == "agent-forge-controller-manager-metrics-service"
+    # Its endpoints are the Deployment's pods, on the port the operator serves /metrics.
+    pod = installed["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    (manager,) = pod["spec"]["containers"]
+    bound = _named_port(manager, port["targetPort"])
+    assert f"--metrics-bind-address=:{bound}" in manager["args"]
+
+    # The scrape, as the endpoint says: the harness binds the operator to 127.0.0.1:0
+    # instead of the pod's port; the scheme and the path are the endpoint's.
+    await operator.wait_serving()
+    assert endpoint["scheme"] == operator.metrics_scheme == "https"
+    assert operator.metrics_url.endswith(endpoint["path"])
+    # The operator serves a certificate generated at start, which the endpoint says not
+    # to verify (docs/operations.md, "Metrics"); `get_metrics` does not verify it either.
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    # The bearer token of the Secret the endpoint names: the chart made it for its own
+    # ServiceAccount. No token controller runs here to fill it, so the token comes from
+    # TokenRequest for that ServiceAccount, as the token controller would sign it.
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert credentials["key"] == "token"
+    secret = _get(cluster, f"/api/v1/namespaces/{RELEASE_NAMESPACE}/secrets/{credentials['name']}")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    made = _get(cluster, f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{account}")
+    assert made["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    token = identities.serviceaccount_token(
+        cluster.direct_client(), namespace=RELEASE_NAMESPACE, name=account
+    )
+    status, body = await operator.get_metrics(token=token)
+    assert status == 200, body
+    assert "agent_forge_build_info{" in body
+    assert (await operator.get_metrics(token=None))[0] == 401
 
 
 async def test_operator_with_the_charts_identity_creates_a_vm_for_a_waiting_agent_machine(

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import pwd
 import secrets
+import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agentforge.api import names
 from agentforge.api.kinds import AGENT
@@ -187,3 +193,70 @@ def test_a_bad_setting_exits_2_with_one_message_naming_the_flag_and_no_traceback
     assert "Traceback" not in result.stderr
     assert "invalid --max-concurrent-reconciles '0'" in result.stderr
     assert "invalid --retry-period (from AGENT_FORGE_RETRY_PERIOD) 'soon'" in result.stderr
+
+
+ARBITRARY_UID = 12345  # no passwd entry: OpenShift's restricted SCC picks one like it
+
+
+def _owned_copy(kubeconfig: Path, directory: Path, uid: int) -> Path:
+    """`kubeconfig` with its CA embedded, in `directory`, both readable by `uid` alone."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        ca = Path(entry["cluster"].pop("certificate-authority"))
+        entry["cluster"]["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
+    copy = directory / "kubeconfig"
+    copy.touch(mode=0o600)
+    copy.write_text(yaml.safe_dump(config))
+    for path in (directory, copy):
+        os.chown(path, uid, 0)
+    return copy
+
+
+def _setpriv(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", "--regid=0", "--clear-groups"]
+
+
+def _python_for(uid: int) -> str:
+    """An interpreter `uid` can execute (for this one the operator's configuration probe
+    child too): this one, else the system's of the same version (a virtualenv whose
+    base interpreter lives in root's home cannot be run by another UID)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (sys.executable, shutil.which(version, path="/usr/local/bin:/usr/bin")):
+        check = [*_setpriv(uid), "/bin/sh", "-c", '"$0" -c pass', str(python)]
+        if python and subprocess.run(check, capture_output=True, check=False).returncode == 0:
+            return python
+    raise AssertionError(f"no {version} that UID {uid} can execute")
+
+
+def _identity(pid: int) -> tuple[list[str], list[str], list[str], list[bytes]]:
+    """The process' real and effective UID and GID, its groups and its environment."""
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return status["Uid"].split()[:2], status["Gid"].split()[:2], status["Groups"].split(), environ
+
+
+async def test_an_arbitrary_uid_without_home_starts_and_serves(
+    operator_kubeconfig: Path, reader: MetricsReader, tmp_path: Path
+) -> None:
+    """As a restricted pod runs: a UID with no passwd entry, group 0, HOME unset, an
+    explicit --kubeconfig. Nothing may need a home directory (needs root to switch UID)."""
+    with pytest.raises(KeyError):
+        pwd.getpwuid(ARBITRARY_UID)
+    env = {k: v for k, v in os.environ.items() if k != "HOME"}
+    env["PYTHONPATH"] = sysconfig.get_paths()["purelib"]  # this environment's packages
+    python = _python_for(ARBITRARY_UID)
+    with tempfile.TemporaryDirectory(prefix="agentforge-uid-") as private:
+        kubeconfig = _owned_copy(operator_kubeconfig, Path(private), ARBITRARY_UID)
+        op = OperatorProcess(
+            kubeconfig, log_path=tmp_path / "op.log", env=env, uid=ARBITRARY_UID, python=python
+        )
+        async with op:
+            await op.wait_ready(within=60)
+            uid, gid, groups, environ = _identity(op.pid)
+            assert (uid, gid, groups) == ([str(ARBITRARY_UID)] * 2, ["0", "0"], [])
+            assert not [e for e in environ if e.startswith(b"HOME=")]
+            code, body = await op.get_metrics(token=reader.token)
+            assert code == 200, body
+            assert "agent_forge_build_info" in body

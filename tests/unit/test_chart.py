@@ -11,7 +11,9 @@ name and only that; a misspelt or mistyped value is refused by the chart's schem
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 import yaml
 
 from scripts import chart, kustomize
+from sim.metrics_reader import servicemonitor_targets
 from sim.paths import binary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,8 +38,11 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(binary("helm")), *args], capture_output=True, text=True, check=False)
 
 
-def template(*sets: str, namespace: str = "agent-forge-system") -> list[dict[str, Any]]:
+def template(
+    *sets: str, namespace: str = "agent-forge-system", json_values: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     flags = [f"--set={s}" for s in sets]
+    flags += [f"--set-json={k}={json.dumps(v)}" for k, v in (json_values or {}).items()]
     result = helm("template", "agent-forge", str(CHART), "--namespace", namespace, *flags)
     assert result.returncode == 0, result.stderr
     return [o for o in yaml.safe_load_all(result.stdout) if o]
@@ -138,6 +144,103 @@ def test_switches_leave_out_network_policies_and_pdb_and_add_monitoring() -> Non
     )
 
 
+def _manager(pod: dict[str, Any]) -> dict[str, Any]:
+    (manager,) = [c for c in pod["spec"]["containers"] if c["name"] == "manager"]
+    return manager
+
+
+PROXY_ENV = [
+    {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"},
+    {"name": "NO_PROXY", "valueFrom": {"configMapKeyRef": {"name": "proxy", "key": "no"}}},
+]
+TOLERATIONS = [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}]
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "infra", "operator": "Exists", "values": []}]}
+            ]
+        }
+    }
+}
+# Each pod value, and what it does to the pod template of the default rendering.
+POD_VALUES: list[tuple[str, Any, Callable[[dict[str, Any]], None]]] = [
+    ("env", PROXY_ENV, lambda pod: _manager(pod).update(env=PROXY_ENV)),
+    (
+        "imagePullSecrets",
+        [{"name": "registry-example-com"}],
+        lambda pod: pod["spec"].update(imagePullSecrets=[{"name": "registry-example-com"}]),
+    ),
+    (
+        "priorityClassName",
+        "system-cluster-critical",
+        lambda pod: pod["spec"].update(priorityClassName="system-cluster-critical"),
+    ),
+    (
+        "podLabels",
+        {"team": "platform", "cost-center": "42"},
+        lambda pod: pod["metadata"]["labels"].update({"team": "platform", "cost-center": "42"}),
+    ),
+    (
+        "podAnnotations",
+        {"example.com/scrape": "false"},
+        lambda pod: pod["metadata"]["annotations"].update({"example.com/scrape": "false"}),
+    ),
+    (
+        "nodeSelector",
+        {"node-role.kubernetes.io/infra": ""},
+        lambda pod: pod["spec"].update(nodeSelector={"node-role.kubernetes.io/infra": ""}),
+    ),
+    ("tolerations", TOLERATIONS, lambda pod: pod["spec"].update(tolerations=TOLERATIONS)),
+    # Helm merges a mapping into its default: config's spread over nodes stays (unless
+    # set to null, below).
+    ("affinity", AFFINITY, lambda pod: pod["spec"]["affinity"].update(AFFINITY)),
+]
+
+
+@pytest.mark.parametrize(("value", "setting", "effect"), POD_VALUES, ids=[v[0] for v in POD_VALUES])
+def test_a_pod_value_sets_what_it_names_and_nothing_else(
+    value: str, setting: Any, effect: Callable[[dict[str, Any]], None]
+) -> None:
+    default = template()
+    (pod,) = [o["spec"]["template"] for o in default if o["kind"] == "Deployment"]
+    expected = _by_id(default)
+    effect(pod)  # the default rendering, changed as the value says
+    assert _by_id(template(json_values={value: setting})) == expected
+
+
+def test_configs_affinity_can_be_replaced() -> None:
+    objects = template(json_values={"affinity": {"podAntiAffinity": None, **AFFINITY}})
+    (pod,) = [o["spec"]["template"] for o in objects if o["kind"] == "Deployment"]
+    assert pod["spec"]["affinity"] == AFFINITY
+
+
+def test_by_default_the_pod_has_no_env_pull_secrets_priority_or_placement() -> None:
+    (pod,) = [o["spec"]["template"] for o in template() if o["kind"] == "Deployment"]
+    assert "env" not in _manager(pod)
+    for field in ("imagePullSecrets", "priorityClassName", "nodeSelector", "tolerations"):
+        assert field not in pod["spec"]
+    assert pod["spec"]["affinity"]["podAntiAffinity"], "config's spread over nodes"
+
+
+@pytest.mark.parametrize("namespace", ["agent-forge-system", "monitoring-elsewhere"])
+def test_the_servicemonitor_selects_the_metrics_service_of_the_release_namespace(
+    namespace: str,
+) -> None:
+    objects = template("monitoring.enabled=true", namespace=namespace)
+    (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    assert monitor["metadata"]["namespace"] == namespace
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [namespace]}
+    # The same objects in another namespace too, as a second release would be: the
+    # ServiceMonitor must select its own release's Service only.
+    other = template("monitoring.enabled=true", namespace="someone-else")
+    services = [o for o in [*objects, *other] if o["kind"] == "Service"]
+    targets = servicemonitor_targets(monitor, services)
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"], e["port"]) for s, e in targets] == [
+        (namespace, "agent-forge-controller-manager-metrics-service", "https")
+    ]
+
+
 @pytest.mark.parametrize(
     ("value", "complaint"),
     [
@@ -145,6 +248,14 @@ def test_switches_leave_out_network_policies_and_pdb_and_add_monitoring() -> Non
         ("replicaCount=three", "replicaCount"),
         ("image.tagg=v1", "tagg"),
         ("networkPolicy.enabled=maybe", "enabled"),
+        ("extraEnv[0].name=HTTPS_PROXY", "extraEnv"),
+        ("env[0].value=http://proxy:3128", "name"),
+        ("imagePullSecrets[0].secret=x", "secret"),
+        # A key of config's own labels or annotations (Helm names the key, not the value).
+        ("podLabels.app\\.kubernetes\\.io/name=other", "'app.kubernetes.io/name'"),
+        ("podAnnotations.kubectl\\.kubernetes\\.io/default-container=x", "default-container'"),
+        ("podLabels.tier=1", "podLabels"),
+        ("priorityClassName[0]=high", "priorityClassName"),
     ],
 )
 def test_a_misspelt_or_mistyped_value_is_refused(value: str, complaint: str) -> None:

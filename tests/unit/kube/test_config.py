@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,20 @@ async def test_invalidate_forces_a_reread(tmp_path: Path) -> None:
 async def test_a_missing_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(config.ConfigError, match="does not exist"):
         await config.load_config(kubeconfig=tmp_path / "nope", environ={})
+
+
+async def test_without_any_source_or_home_directory_the_error_names_the_sources(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An arbitrary UID with no passwd entry and HOME unset: there is no `~`.
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(config.ConfigError, match=r"pass --kubeconfig.*no home directory"):
+        await config.load_config(environ={})
 
 
 EMBEDDED = """
