@@ -23,8 +23,8 @@ certificate), addresses resources by `agentforge.api.kinds.Kind`, and promises:
   state, apply `mutate`, PUT `/status` with that resourceVersion, redo on 409 (with
   tenacity, as client-go's `RetryOnConflict` with `retry.DefaultRetry`: 5 attempts,
   10 ms apart plus up to 10% jitter). A `status_observer` sees each write made (the
-  object before and as stored): the app logs conditions an admin must act on there
-  (`condition_log`).
+  object before, as the fresh GET or the caller's `start` showed it, and as stored):
+  the app logs conditions an admin must act on there (`condition_log`).
 
 Watches are not retried here (see `agentforge.kube.watch`); the informer decides.
 """
@@ -369,7 +369,9 @@ class KubeClient:
         if start is not None:
             desired = mutate(copy.deepcopy(dict(start)))
             if desired is not None:
-                return await self.replace_status(kind, desired)
+                stored = await self.replace_status(kind, desired)
+                self._observe(kind, dict(start), stored)
+                return stored
         current = await self.get(kind, namespace=namespace, name=name)
         desired = mutate(copy.deepcopy(current))
         if desired is None:

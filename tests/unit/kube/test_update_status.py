@@ -15,7 +15,7 @@ import pytest
 
 from agentforge.api import kinds
 from agentforge.kube import errors
-from agentforge.kube.client import JsonObj, KubeClient
+from agentforge.kube.client import JsonObj, KubeClient, StatusObserver
 from agentforge.kube.config import ClusterConfig
 
 pytestmark = pytest.mark.looptime
@@ -26,8 +26,10 @@ AGENT = kinds.AGENT
 class Scripted(KubeClient):
     """A client whose status PUT loses `conflicts` races, then succeeds."""
 
-    def __init__(self, *, conflicts: int) -> None:
-        super().__init__(config=ClusterConfig(server="https://apiserver.invalid"))
+    def __init__(self, *, conflicts: int, observer: StatusObserver | None = None) -> None:
+        super().__init__(
+            config=ClusterConfig(server="https://apiserver.invalid"), status_observer=observer
+        )
         self.conflicts = conflicts
         self.version = 1
         self.calls: list[tuple[str, float]] = []
@@ -108,3 +110,14 @@ async def test_other_errors_are_not_retried_here() -> None:
     with pytest.raises(errors.NotFound):
         await api.update_status(AGENT, namespace="ns", name="a", mutate=mark)
     assert [verb for verb, _ in api.calls] == ["get", "put"]
+
+
+async def test_a_write_from_start_is_observed_like_one_after_a_get() -> None:
+    seen: list[tuple[Any, Any]] = []
+    api = Scripted(
+        conflicts=0, observer=lambda kind, before, after: seen.append((before, after["status"]))
+    )
+    start = {"metadata": {"name": "a", "resourceVersion": "1"}, "status": {"ours": False}}
+    await api.update_status(AGENT, namespace="ns", name="a", mutate=mark, start=start)
+    assert [verb for verb, _ in api.calls] == ["put"]
+    assert seen == [(start, {"ours": True})]
