@@ -15,8 +15,10 @@ condition and the Warning event say when it is, and a reconcile in between (an
 InfraEnv update, another pool) shows the refusal without fetching. While a refusal
 is on record, one pool at a time tries the URL and the others wait for its outcome,
 so a refused image is fetched once per try, not once per pool. Failures that are not
-the source's (the datastore, vCenter) are retried per pool with the controller's
-backoff, as before.
+the source's (the datastore, vCenter) and a certificate our CA bundle does not trust
+(`IsoSourceUntrusted`: no request was sent; the bundle file is read again at each
+try, and nothing else tells of its change) are retried per pool with the
+controller's backoff, as before.
 
 The InfraEnv's URL carries the image service's key; it is shown only in its
 redacted form (`redaction.redact_url`, in `status.iso.url` and in every message,
@@ -215,6 +217,9 @@ async def check_iso(
                 previous=iso_cache.previous_record(status, url=url),
                 limits=limits,
             )
+        except vsphere.IsoSourceUntrusted as exc:  # our trust: retried, reading the bundle again
+            _failed(outcome, exc, ns=ns, ref=ref, limits=limits)
+            return
         except vsphere.IsoSourceError as exc:
             refusal = inputs.refusals.refused(url, exc, now=now, token=tried)
             refused.show(outcome, refusal, fresh=True)

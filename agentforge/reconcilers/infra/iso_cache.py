@@ -37,7 +37,7 @@ rules that decide whether a file may be deleted are unit-tested without I/O:
   most every `stale_upload_age` otherwise (`sweep_due`), so a steady pool pays one
   listing per that age;
 * **refusals** (`Refusal`): a check the source refused (an `IsoSourceError`: no boot
-  image, a body cut short, an error answer, an untrusted certificate...) is not tried
+  image, a body cut short, an error answer, a refused redirect...) is not tried
   again before `retry_delay` has passed: 30 s after the first refusal in a row,
   doubling to 10 min. The refusal is the source URL's, not a pool's: every pool caching
   that URL waits for the same next try, but for a force-iso-refresh token it has not
