@@ -48,10 +48,10 @@ reports the result; the streaming upload itself is `iso_upload`; the value types
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 import aiohttp
+import tenacity
 
 from agentforge.redaction import redact_url
 from agentforge.vsphere import datastore, iso_http, metrics
@@ -103,13 +103,23 @@ async def ensure_iso(
     previous: IsoRecord | None = None,
     limits: IsoLimits | None = None,
 ) -> IsoResult:
-    """Make sure the source's current ISO is on the datastore; return where it is."""
+    """Make sure the source's current ISO is on the datastore; return where it is.
+
+    What the source refused is raised (`IsoSourceError`; `IsoDownloadFailed` when it
+    may answer next time), never retried here: a retry fetches the image again, and
+    the caller backs off per source URL. A transient fault of vSphere (a session that
+    expired under the upload) is retried, up to `limits.attempts` passes in all."""
     limits = limits or IsoLimits()
+    pause = session.options.retry_initial_seconds
+    retrying = tenacity.AsyncRetrying(
+        stop=tenacity.stop_after_attempt(max(1, limits.attempts)),
+        wait=tenacity.wait_incrementing(start=pause, increment=pause),
+        retry=tenacity.retry_if_exception(_vsphere_transient),
+        reraise=True,
+    )
     with metrics.counted("iso", "ensure") as outcome:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
+        async for attempt in retrying:
+            with attempt:
                 result = await _ensure(
                     session,
                     source=source,
@@ -118,13 +128,13 @@ async def ensure_iso(
                     previous=previous,
                     limits=limits,
                 )
-            except errors.TransientError:
-                if attempt >= limits.attempts:
-                    raise
-                await asyncio.sleep(session.options.retry_initial_seconds * attempt)
-                continue
-            outcome.result = "reused" if result.reused else "uploaded"
-            return result
+                outcome.result = "reused" if result.reused else "uploaded"
+                return result
+    raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+
+def _vsphere_transient(exc: BaseException) -> bool:
+    return isinstance(exc, errors.TransientError) and not isinstance(exc, errors.IsoSourceError)
 
 
 async def _ensure(
@@ -200,7 +210,7 @@ async def _ensure(
                     limits=limits,
                 )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise errors.TransientError(
+            raise errors.IsoDownloadFailed(
                 f"download of the ISO from {redact_url(source.url)} failed: {type(exc).__name__}",
                 subject=redact_url(source.url),
             ) from None
@@ -267,7 +277,7 @@ async def _upload(
 def _source_error(source: IsoSource, status: int) -> errors.VsphereError:
     where = redact_url(source.url)
     if status in (429, 500, 502, 503, 504):
-        return errors.TransientError(
+        return errors.IsoDownloadFailed(
             f"the ISO source {where} answered HTTP {status}", subject=where
         )
     return errors.IsoSourceError(

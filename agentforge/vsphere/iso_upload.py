@@ -117,7 +117,7 @@ async def transfer(
                 return
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
-            failure = errors.TransientError(
+            failure = errors.IsoDownloadFailed(
                 f"download of the ISO from {redact_url(str(resp.url))} broke off after "
                 f"{counted[0]} bytes: {type(exc).__name__}",
                 subject=redact_url(str(resp.url)),
@@ -176,7 +176,7 @@ async def _read_head(resp: aiohttp.ClientResponse) -> tuple[bytes, bool]:
             metrics.ISO_BYTES_DOWNLOADED.inc(len(chunk))
             head += chunk
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise errors.TransientError(
+        raise errors.IsoDownloadFailed(
             f"download of the ISO from {redact_url(str(resp.url))} broke off after "
             f"{len(head)} bytes: {type(exc).__name__}",
             subject=redact_url(str(resp.url)),
@@ -237,7 +237,7 @@ def _check_complete(
     if failure is not None:
         raise failure
     if declared is not None and got != declared:
-        raise errors.TransientError(
+        raise errors.IsoDownloadFailed(
             f"the ISO download from {redact_url(url)} ended after {got} of {declared} bytes",
             subject=redact_url(url),
         )

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agentforge.api import kinds
+from agentforge.api import kinds, names
 from sim.operator import MetricsReader
 from sim.world import Snapshot, World
 from sim.world.snapshot import condition_of
@@ -151,8 +151,8 @@ async def test_each_problem_is_one_warning_when_it_starts_and_one_info_when_it_c
     )
     await world.create_pool("iso", infraenv="failing", folder=folder)
 
-    # Each problem reported, then retried (the untrusted certificate and the missing
-    # datastore cluster after 30 s, the others within seconds).
+    # Each problem reported, then retried (the untrusted certificate, the missing
+    # datastore cluster and the refused image after 30 s, the others within seconds).
     for pool, (condition, reason, event) in problems.items():
         await eventually(
             world.snapshot,
@@ -184,6 +184,12 @@ async def test_each_problem_is_one_warning_when_it_starts_and_one_info_when_it_c
         patch={"spec": {"vsphere": {"datastoreCluster": "dsc1"}}},
     )
     world.iso_server.heal(ns, "failing")
+    await world.client.patch_merge(  # try the healed image service now, not at its back-off
+        kinds.VSPHERE_AGENT_POOL,
+        namespace=ns,
+        name="iso",
+        patch={"metadata": {"annotations": {names.ANNOTATION_FORCE_ISO_REFRESH: "healed"}}},
+    )
     for pool, (condition, _, _) in problems.items():
         await eventually(
             world.snapshot,

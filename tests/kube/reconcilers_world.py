@@ -83,7 +83,8 @@ class IsoServer:
     """One discovery image with a strong ETag; counts requests and body bytes it served.
 
     `content_type`, `encoding` and `chunked` shape the answer, so a test can make it
-    answer 200 with something that is no ISO (an HTML page, a JSON error, an archive).
+    answer 200 with something that is no ISO (an HTML page, a JSON error, an archive);
+    `break_after` closes the connection after that many bytes of a Content-Length body.
     """
 
     body: bytes = field(default_factory=discovery_image)
@@ -92,6 +93,7 @@ class IsoServer:
     content_type: str = "application/octet-stream"
     encoding: str | None = None
     chunked: bool = False
+    break_after: int | None = None
     served: int = 0
     requests: int = 0
     url: str = ""
@@ -120,6 +122,13 @@ class IsoServer:
         headers = {"ETag": self.etag, "Content-Type": self.content_type}
         if self.encoding:
             headers["Content-Encoding"] = self.encoding
+        if self.break_after is not None:
+            cut = web.StreamResponse(headers=headers)
+            cut.content_length = len(self.body)
+            await cut.prepare(request)
+            await cut.write(self.body[: self.break_after])
+            request.transport.close()  # type: ignore[union-attr]
+            return cut
         if not self.chunked:
             return web.Response(body=self.body, headers=headers)
         resp = web.StreamResponse(headers=headers)

@@ -16,12 +16,12 @@ from aiohttp import web
 
 from agentforge.reconcilers.infra import iso_cache
 from agentforge.vsphere import (
+    IsoDownloadFailed,
     IsoInvalid,
     IsoLimits,
     IsoSource,
     Location,
     SizeLimitExceeded,
-    TransientError,
     Validators,
     VsphereService,
     datastore,
@@ -223,14 +223,10 @@ async def test_a_source_failing_mid_stream_leaves_no_temporary_file(
 ) -> None:
     prefix = _prefix(request)
     source.break_after = 1024 * 1024
-    with pytest.raises(TransientError) as info:
-        await service.ensure_iso(
-            source=IsoSource(url=source.url),
-            where=ISO_DS,
-            prefix=prefix,
-            limits=IsoLimits(attempts=1),
-        )
+    with pytest.raises(IsoDownloadFailed) as info:
+        await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)
     assert "secret-token" not in str(info.value)
+    assert len(source.requests) == 1, "not fetched again: the caller backs off per URL"
     await asyncio.sleep(0)
     assert await service.list_files(where=ISO_DS, prefix=prefix, pattern="*") == []
 
@@ -335,10 +331,9 @@ async def test_a_broken_source_leaves_nothing_behind_when_the_server_starts_the_
             source=IsoSource(url=source.url),
             where=ISO_DS,
             prefix=prefix,
-            limits=IsoLimits(attempts=1),
         )
 
-    await _fails_then_nothing_is_left(service, vcsim_control, prefix, ensure, TransientError)
+    await _fails_then_nothing_is_left(service, vcsim_control, prefix, ensure, IsoDownloadFailed)
 
 
 # --- what a killed upload leaves: found by the listing the pruner uses, with its age -------

@@ -9,6 +9,17 @@ also when a sweep for stale temporary uploads is due (`iso_cache.sweep_due`, fro
 time of this process's last sweep of the pool, kept in `IsoInputs.swept`): a killed
 upload leaves its `.upload-*.iso` behind whether or not anything else changes.
 
+A check the image service refused backs off per source URL (`SourceBackoff`, after
+`iso_cache.Refusal`): every pool caching that URL waits for the same next try, the
+condition and the Warning event say when it is, and a reconcile in between (an
+InfraEnv update, another pool) shows the refusal without fetching. While a refusal
+is on record, one pool at a time tries the URL and the others wait for its outcome,
+so a refused image is fetched once per try, not once per pool. Failures that are not
+the source's (the datastore, vCenter) and a certificate our CA bundle does not trust
+(`IsoSourceUntrusted`: no request was sent; the bundle file is read again at each
+try, and nothing else tells of its change) are retried per pool with the
+controller's backoff, as before.
+
 The InfraEnv's URL carries the image service's key; it is shown only in its
 redacted form (`redaction.redact_url`, in `status.iso.url` and in every message,
 which `vsphere` builds from the same form), and conditions pass `redaction.redact`
@@ -19,12 +30,15 @@ version wrote with another form of the URL is corrected without a check
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agentforge import redaction, vsphere
-from agentforge.api import views
+from agentforge.api import fields, names, views
 from agentforge.api.conditions import PoolConditionType, PoolReason
 from agentforge.api.pool import ISOStatus, VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
@@ -34,7 +48,7 @@ from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_cache, iso_prune
 
-__all__ = ["Cond", "IsoInputs", "Outcome", "check_iso"]
+__all__ = ["Cond", "IsoInputs", "Outcome", "SourceBackoff", "check_iso"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +80,53 @@ class Outcome:
         self.events.append((type_, reason, message))
 
 
+@dataclass(slots=True)
+class _Source:
+    refusal: iso_cache.Refusal
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SourceBackoff:
+    """The refusals of each source URL in a row, shared by every pool that caches it
+    (one per process: the infra controller's). Kept by the URL's digest, in memory:
+    a restart tries each URL once more."""
+
+    def __init__(self) -> None:
+        self._sources: dict[str, _Source] = {}
+
+    def refusal(self, url: str) -> iso_cache.Refusal | None:
+        found = self._sources.get(iso_cache.url_hash(url))
+        return found.refusal if found is not None else None
+
+    @contextlib.asynccontextmanager
+    async def turn(self, url: str) -> AsyncIterator[None]:
+        """While a refusal of `url` is on record, one try of it at a time."""
+        found = self._sources.get(iso_cache.url_hash(url))
+        if found is None:
+            yield
+            return
+        async with found.turn:
+            yield
+
+    def refused(
+        self, url: str, error: vsphere.IsoSourceError, *, now: datetime, token: str | None
+    ) -> iso_cache.Refusal:
+        """Record one more refusal of `url`; forget the URLs nobody tried for long."""
+        for key in [k for k, v in self._sources.items() if v.refusal.expired(now=now)]:
+            del self._sources[key]
+        key = iso_cache.url_hash(url)
+        found = self._sources.get(key)
+        if found is None:
+            refusal = iso_cache.Refusal.first(error, now=now, token=token)
+            self._sources[key] = _Source(refusal=refusal)
+            return refusal
+        found.refusal = found.refusal.again(error, now=now, token=token)
+        return found.refusal
+
+    def succeeded(self, url: str) -> None:
+        self._sources.pop(iso_cache.url_hash(url), None)
+
+
 @dataclass(frozen=True, slots=True)
 class IsoInputs:
     """The caches and settings the ISO step reads."""
@@ -79,6 +140,8 @@ class IsoInputs:
     """Trust, proxy and limits of downloads from the image service (the flags)."""
     swept: dict[str, datetime] = field(default_factory=dict)
     """When this process last looked for stale uploads of a pool (by `ns/name`)."""
+    refusals: SourceBackoff = field(default_factory=SourceBackoff)
+    """Refusals by source URL, shared by the pools caching it."""
 
     @property
     def effective_limits(self) -> vsphere.IsoLimits:
@@ -131,27 +194,40 @@ async def check_iso(
         if wake is not None:
             outcome.wake_at.append(wake)
         return
-    log.info("checking the ISO of pool %s/%s: %s", ns, pool.metadata.name, due.value)
     where = pool_specs.iso_location(pool)
     limits = inputs.effective_limits
+    refused = _Refused(pool, status, where=where, limits=limits)
+    tried = token if token and token != status.force_refresh_token else None  # not applied yet
     try:
-        result = await service.ensure_iso(
-            source=inputs.access.source(url),
-            where=where,
-            prefix=prefix,
-            previous=iso_cache.previous_record(status, url=url),
-            limits=limits,
-        )
-    except vsphere.IsoInvalid as exc:
-        _invalid(outcome, status, where=where, infra_env=f"{ns}/{ref}", error=exc, limits=limits)
-        return  # logged once by condition_log (ISOInvalid is actionable), not per retry
-    except vsphere.VsphereError as exc:
-        reason, fix = _failure(exc, ns=ns, ref=ref, limits=limits)
-        message = f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
-        outcome.condition(PoolConditionType.ISO_READY, ok=False, reason=reason, message=message)
-        outcome.event(EventType.WARNING, InfraEvent.ISO_CACHE_FAILED, message)
-        outcome.retry = True
+        source = inputs.access.source(url)
+    except vsphere.IsoSourceError as exc:  # our CA bundle, not the source's answer
+        _failed(outcome, exc, ns=ns, ref=ref, limits=limits)
         return
+    async with inputs.refusals.turn(url):
+        before = inputs.refusals.refusal(url)
+        if before is not None and before.blocks(now=now, token=tried):
+            refused.show(outcome, before, fresh=False)
+            return
+        log.info("checking the ISO of pool %s/%s: %s", ns, pool.metadata.name, due.value)
+        try:
+            result = await service.ensure_iso(
+                source=source,
+                where=where,
+                prefix=prefix,
+                previous=iso_cache.previous_record(status, url=url),
+                limits=limits,
+            )
+        except vsphere.IsoSourceUntrusted as exc:  # our trust: retried, reading the bundle again
+            _failed(outcome, exc, ns=ns, ref=ref, limits=limits)
+            return
+        except vsphere.IsoSourceError as exc:
+            refusal = inputs.refusals.refused(url, exc, now=now, token=tried)
+            refused.show(outcome, refusal, fresh=True)
+            return
+        except vsphere.VsphereError as exc:
+            _failed(outcome, exc, ns=ns, ref=ref, limits=limits)
+            return
+        inputs.refusals.succeeded(url)
     updated = iso_cache.updated_status(status, result=result, url=url, token=token, now=now)
     message = f"ISO {where.path(result.path)} cached ({result.size} bytes)"
     reason = PoolReason.ISO_CACHED
@@ -254,7 +330,70 @@ CA_BUNDLE_FLAG = "--iso-ca-bundle"
 TRUSTED_CA_CONFIGMAP = "agent-forge-trusted-ca"
 
 
+def _failed(
+    outcome: Outcome, exc: vsphere.VsphereError, *, ns: str, ref: str, limits: vsphere.IsoLimits
+) -> None:
+    """ISOReady=False for a failure that is not the source's: retried with the
+    controller's backoff."""
+    reason, message = _failure(exc, ns=ns, ref=ref, limits=limits)
+    outcome.condition(PoolConditionType.ISO_READY, ok=False, reason=reason, message=message)
+    outcome.event(EventType.WARNING, InfraEvent.ISO_CACHE_FAILED, message)
+    outcome.retry = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """ISOReady=False for a refusal of the source, saying when the next try is."""
+
+    pool: VsphereAgentPool
+    status: ISOStatus
+    where: vsphere.Location
+    limits: vsphere.IsoLimits
+
+    def show(self, outcome: Outcome, refusal: iso_cache.Refusal, *, fresh: bool) -> None:
+        """`fresh`: this reconcile's own try was refused; else one in force (another
+        pool's try, or an earlier one), announced only to a pool that does not show it."""
+        ns, ref = self.pool.metadata.namespace, self.pool.spec.infra_env_ref.name
+        error = refusal.error
+        if isinstance(error, vsphere.IsoInvalid):
+            reason, event = PoolReason.ISO_INVALID, InfraEvent.ISO_INVALID
+            message = _invalid(
+                outcome,
+                self.status,
+                where=self.where,
+                infra_env=f"{ns}/{ref}",
+                error=error,
+                limits=self.limits,
+            )
+        else:
+            reason, message = _failure(error, ns=ns, ref=ref, limits=self.limits)
+            event = InfraEvent.ISO_CACHE_FAILED
+        message += (
+            f"; the next try of this URL is at {fields.format_time(refusal.next_try)}, after "
+            f"{refusal.failures} refused in a row (a new {names.ANNOTATION_FORCE_ISO_REFRESH} "
+            "annotation on the pool tries at once)"
+        )
+        outcome.condition(PoolConditionType.ISO_READY, ok=False, reason=reason, message=message)
+        if fresh or not _shows(self.pool, outcome.conditions[-1]):
+            outcome.event(EventType.WARNING, event, message)
+        outcome.wake_at.append(refusal.next_try)
+
+
+def _shows(pool: VsphereAgentPool, cond: Cond) -> bool:
+    """Does the pool's status show `cond` already (an event would only repeat it)?"""
+    shown = next((c for c in pool.status.conditions if c.type == cond.type), None)
+    return shown is not None and (shown.reason, shown.message) == (cond.reason, cond.message)
+
+
 def _failure(
+    exc: vsphere.VsphereError, *, ns: str, ref: str, limits: vsphere.IsoLimits
+) -> tuple[PoolReason, str]:
+    """The ISOReady reason and message of a failed check, naming the fix."""
+    reason, fix = _fix(exc, ns=ns, ref=ref, limits=limits)
+    return reason, f"caching the discovery ISO of InfraEnv {ns}/{ref} failed: {exc} ({fix})"
+
+
+def _fix(
     exc: vsphere.VsphereError, *, ns: str, ref: str, limits: vsphere.IsoLimits
 ) -> tuple[PoolReason, str]:
     """The ISOReady reason of a failed check and the fix an admin applies."""
@@ -273,6 +412,8 @@ def _failure(
         return PoolReason.ISO_REDIRECT_REFUSED, (
             "serve the image over https, or make the InfraEnv's isoDownloadURL the final https URL"
         )
+    if isinstance(exc, vsphere.IsoDownloadFailed):
+        return PoolReason.ISO_CACHE_FAILED, "the image service may answer next time"
     if isinstance(exc, vsphere.IsoSourceError):
         return (
             PoolReason.ISO_CACHE_FAILED,
@@ -289,8 +430,8 @@ def _invalid(
     infra_env: str,
     error: vsphere.IsoInvalid,
     limits: vsphere.IsoLimits,
-) -> None:
-    """ISOReady=False/ISOInvalid; the cached ISO stays in use, unless it is no image
+) -> str:
+    """The ISOInvalid message; the cached ISO stays in use, unless it is no image
     either (a file below the size floor, cached before images were checked)."""
     if not status.path:
         kept = "no ISO is cached yet, so no VM is created until it serves a bootable image"
@@ -303,12 +444,7 @@ def _invalid(
         outcome.iso = status.model_copy(update={"path": None, "sha256": None, "size_bytes": None})
     else:
         kept = f"new VMs keep booting the ISO cached before, {where.path(status.path)}"
-    message = f"the discovery ISO of InfraEnv {infra_env} was not cached: {error} ({kept})"
-    outcome.condition(
-        PoolConditionType.ISO_READY, ok=False, reason=PoolReason.ISO_INVALID, message=message
-    )
-    outcome.event(EventType.WARNING, InfraEvent.ISO_INVALID, message)
-    outcome.retry = True
+    return f"the discovery ISO of InfraEnv {infra_env} was not cached: {error} ({kept})"
 
 
 def _waiting(outcome: Outcome, event_reason: InfraEvent, message: str) -> None:

@@ -35,7 +35,13 @@ rules that decide whether a file may be deleted are unit-tested without I/O:
   file unwritten that long) was left by a killed process and is deleted; one of
   unknown age is kept. They are looked for when something else is pruned, and at
   most every `stale_upload_age` otherwise (`sweep_due`), so a steady pool pays one
-  listing per that age.
+  listing per that age;
+* **refusals** (`Refusal`): a check the source refused (an `IsoSourceError`: no boot
+  image, a body cut short, an error answer, a refused redirect...) is not tried
+  again before `retry_delay` has passed: 30 s after the first refusal in a row,
+  doubling to 10 min. The refusal is the source URL's, not a pool's: every pool caching
+  that URL waits for the same next try, but for a force-iso-refresh token it has not
+  tried yet (an admin's "try now").
 """
 
 from __future__ import annotations
@@ -46,14 +52,23 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Final
 
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
 from agentforge.redaction import redact_url
-from agentforge.vsphere import IsoLimits, IsoRecord, IsoResult, Validators, iso_upload
+from agentforge.vsphere import (
+    IsoLimits,
+    IsoRecord,
+    IsoResult,
+    IsoSourceError,
+    Validators,
+    iso_upload,
+)
 
 __all__ = [
     "CheckReason",
     "PrunePlan",
+    "Refusal",
     "StoredFile",
     "check_due",
     "next_check_at",
@@ -61,6 +76,7 @@ __all__ = [
     "previous_record",
     "redact_url",
     "relative_path",
+    "retry_delay",
     "same_url",
     "shown_status",
     "split_backing",
@@ -73,6 +89,10 @@ _CONTENT_NAME = re.compile(r"[0-9a-f]{64}\.iso")
 _BACKING = re.compile(r"^\[(?P<ds>[^\]]+)\]\s*(?P<path>.+)$")
 DEFAULT_ORPHAN_GRACE = timedelta(hours=1)
 DEFAULT_STALE_UPLOAD_AGE = IsoLimits().stale_upload_age
+FIRST_RETRY: Final = timedelta(seconds=30)
+"""After the first refusal of a source URL in a row, the next try waits this long..."""
+MAX_RETRY: Final = timedelta(minutes=10)
+"""...doubling after each further refusal, to at most this."""
 
 
 class CheckReason(StrEnum):
@@ -310,3 +330,52 @@ def _entry_for(stored: StoredFile) -> ISOHistoryEntry:
         size_bytes=stored.size,
         uploaded_at=stored.modified,
     )
+
+
+def retry_delay(
+    failures: int, *, first: timedelta = FIRST_RETRY, cap: timedelta = MAX_RETRY
+) -> timedelta:
+    """The rest after `failures` refusals in a row: `first`, doubled per refusal after
+    the first, at most `cap` (30 s, 1, 2, 4, 8, then 10 min)."""
+    return min(first * (1 << min(max(failures - 1, 0), 20)), cap)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The refusals in a row of one source URL: the last error and when to try again."""
+
+    error: IsoSourceError
+    failures: int
+    next_try: datetime
+    tokens: frozenset[str] = frozenset()
+    """The force-iso-refresh tokens that were tried and refused."""
+
+    @classmethod
+    def first(cls, error: IsoSourceError, *, now: datetime, token: str | None) -> Refusal:
+        return cls(
+            error=error,
+            failures=1,
+            next_try=now + retry_delay(1),
+            tokens=frozenset((token,) if token else ()),
+        )
+
+    def again(self, error: IsoSourceError, *, now: datetime, token: str | None) -> Refusal:
+        """One more refusal in a row."""
+        failures = self.failures + 1
+        return Refusal(
+            error=error,
+            failures=failures,
+            next_try=now + retry_delay(failures),
+            tokens=self.tokens | ({token} if token else set()),
+        )
+
+    def blocks(self, *, now: datetime, token: str | None) -> bool:
+        """Is a try now too early? `token`: a force-iso-refresh token that asks for this
+        check (None when the check is due for another reason); one not tried yet is
+        never blocked."""
+        return now < self.next_try and (token is None or token in self.tokens)
+
+    def expired(self, *, now: datetime, cap: timedelta = MAX_RETRY) -> bool:
+        """Nobody tried the URL again within `cap` of its next try: forget it (a URL
+        that changed is never tried again)."""
+        return now >= self.next_try + cap

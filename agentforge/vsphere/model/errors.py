@@ -150,7 +150,13 @@ class TaskFailed(VsphereError):
 
 
 class IsoSourceError(VsphereError):
-    """The ISO could not be fetched from its source URL."""
+    """The ISO could not be fetched from its source URL: the source refused it (this
+    class and its subclasses, never a fault of the datastore or of vCenter)."""
+
+
+class IsoDownloadFailed(IsoSourceError, TransientError):
+    """The source could not be reached, answered 429 or 5xx, or its body broke off or
+    ended short of its Content-Length: it may answer next time."""
 
 
 class IsoInvalid(IsoSourceError):

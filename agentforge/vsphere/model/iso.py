@@ -77,6 +77,7 @@ class IsoLimits:
     read_timeout_seconds: float = 120.0
     chunk_bytes: int = 1024 * 1024
     attempts: int = 2
+    """Passes of `iso.ensure_iso` when vSphere fails transiently (never for the source)."""
     abort_recheck_seconds: tuple[float, ...] = (0.25, 0.5, 1.0)
     """Pauses before looking again for the temporary file of an aborted PUT."""
 
