@@ -14,9 +14,13 @@ How config/ becomes the chart:
   instead of `agent-forge-system` (the Namespace object is left out: `helm install
   --create-namespace` or your own, labelled as docs/installation.md says), with Helm's
   standard labels added to its metadata;
+* Secrets: the credentials-reader ClusterRole is bound by a RoleBinding in each
+  namespace of `credentialNamespaces` (else `namespaces`), never cluster-wide; with both
+  empty none is, and the operator refuses to start (docs/installation.md);
 * values replace what users set per installation, and their defaults are config/'s
   values: `image` (repository, tag or digest), `replicaCount`, `resources`, `affinity`,
   `nodeSelector`, `tolerations`, `namespaces` (the `--namespace` flags; empty: all),
+  `credentialNamespaces` (the `--credential-namespace` flags; empty: `namespaces`),
   `logLevel`, `networkPolicy.enabled`, `podDisruptionBudget.enabled`, and
   `monitoring.enabled` for config/prometheus (needs the Prometheus Operator's CRDs);
   `values.schema.json`, generated with them, refuses a misspelt or mistyped value;
@@ -41,6 +45,7 @@ from typing import Any
 import yaml
 
 from agentforge import __version__
+from agentforge.api import names, rbac
 from scripts import chart_templates, generated, kustomize
 
 __all__ = ["CHART", "main", "render"]
@@ -189,13 +194,18 @@ def _deployment(obj: JsonObj, snippets: _Snippets, values: JsonObj) -> JsonObj:
         else:
             args.append(arg)
     values["namespaces"] = []
-    args.append(
-        snippets.items(
-            "{{- range .Values.namespaces }}",
-            "- --namespace={{ . }}",
-            "{{- end }}",
+    values["credentialNamespaces"] = []
+    for value, flag in (
+        ("namespaces", "--namespace"),
+        ("credentialNamespaces", "--credential-namespace"),
+    ):
+        args.append(
+            snippets.items(
+                "{{- range .Values." + value + " }}",
+                "- " + flag + "={{ . }}",
+                "{{- end }}",
+            )
         )
-    )
     manager["args"] = args
     values["resources"] = manager["resources"]
     manager["resources"] = snippets.block("{{{{- toYaml .Values.resources | nindent {n} }}}}")
@@ -208,6 +218,24 @@ def _deployment(obj: JsonObj, snippets: _Snippets, values: JsonObj) -> JsonObj:
             "{{{{- end }}}}",
         )
     return obj
+
+
+CREDENTIAL_NAMESPACES = "(.Values.credentialNamespaces | default .Values.namespaces)"
+"""Where the operator may read Secrets: `credentialNamespaces`, else the watched ones."""
+
+
+def _credentials_bindings() -> str:
+    """A RoleBinding to the credentials-reader ClusterRole in each credentials namespace
+    (none at all when both lists are empty: the operator then refuses to start)."""
+    snippets = _Snippets()
+    obj = rbac.credentials_binding("placeholder")
+    obj["metadata"]["namespace"] = snippets.scalar("{{ . }}")
+    obj["metadata"]["labels"] = snippets.block(
+        '{{{{- include "agent-forge.labels" $ | nindent {n} }}}}'
+    )
+    obj["subjects"][0]["namespace"] = snippets.scalar("{{ $.Release.Namespace }}")
+    body = snippets.apply(_dump(obj))
+    return f"{HEADER}{{{{- range {CREDENTIAL_NAMESPACES} }}}}\n---\n{body}{{{{- end }}}}\n"
 
 
 def _schema(value: Any) -> JsonObj:
@@ -256,6 +284,8 @@ def render() -> dict[Path, str]:
             condition = ".Values.podDisruptionBudget.enabled"
         file_name = f"{kind.lower()}-{name.removeprefix('agent-forge-')}.yaml"
         files[CHART / "templates" / file_name] = _template(templated, snippets, condition=condition)
+    reader = names.CREDENTIALS_READER_ROLE.removeprefix("agent-forge-")
+    files[CHART / "templates" / f"rolebinding-{reader}.yaml"] = _credentials_bindings()
     for obj in monitoring:
         kind, name = obj["kind"], obj["metadata"]["name"]
         file_name = f"{kind.lower()}-{name.removeprefix('agent-forge-')}.yaml"

@@ -42,8 +42,13 @@ def reader(controlplane: ControlPlane, operator_kubeconfig: Path) -> MetricsRead
     return metrics_reader(controlplane)
 
 
+NO_CREDENTIALS = ("--credential-namespace", NAMESPACE)
+"""Required when watching all namespaces; no pool here reads a Secret."""
+
+
 def _leader_args(lease_name: str) -> list[str]:
     return [
+        *NO_CREDENTIALS,
         "--leader-elect",
         "--leader-election-namespace",
         NAMESPACE,
@@ -85,7 +90,9 @@ async def test_readyz_is_503_until_the_caches_synced_then_200(
     operator_kubeconfig: Path, proxy: ProxyControl, tmp_path: Path
 ) -> None:
     await proxy.set_latency(1500)  # every LIST takes 1.5 s: the unsynced state is visible
-    async with OperatorProcess(operator_kubeconfig, log_path=tmp_path / "op.log") as op:
+    async with OperatorProcess(
+        operator_kubeconfig, *NO_CREDENTIALS, log_path=tmp_path / "op.log"
+    ) as op:
         await op.wait_serving(within=30)
         assert await op.readyz() == 503
         assert await op.healthz() == 200  # alive while not ready
@@ -187,3 +194,25 @@ def test_a_bad_setting_exits_2_with_one_message_naming_the_flag_and_no_traceback
     assert "Traceback" not in result.stderr
     assert "invalid --max-concurrent-reconciles '0'" in result.stderr
     assert "invalid --retry-period (from AGENT_FORGE_RETRY_PERIOD) 'soon'" in result.stderr
+
+
+def test_watching_all_namespaces_without_credential_namespaces_exits_2_naming_the_fix() -> None:
+    """An empty list of credentials namespaces is no grant of all: the process stops."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"AGENT_FORGE_NAMESPACE", "AGENT_FORGE_CREDENTIAL_NAMESPACE"}
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "agentforge", "run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=paths.REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--credential-namespace is required when the operator watches all" in result.stderr
+    assert names.CREDENTIALS_READER_ROLE in result.stderr
