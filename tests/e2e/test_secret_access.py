@@ -9,8 +9,8 @@ may `get` `clusters-x/admin-kubeconfig` and `x/x-admin-kubeconfig` (no), a Secre
 its credentials namespace (yes: the test would prove nothing if the operator could
 read no Secret at all), and `list`/`watch` Secrets anywhere (no):
 
-* `make deploy` (`kustomize build config/default`) plus the RoleBinding
-  docs/installation.md tells the administrator to create per credentials namespace;
+* `make deploy CREDENTIAL_NAMESPACES=...`: config/default through the Makefile's
+  overlay, which adds a RoleBinding per credentials namespace;
 * Helm watching all namespaces (`credentialNamespaces`), Helm with `namespaces`, and
   Helm with `namespaces` naming the hosted cluster's own namespaces but credentials
   kept apart (`credentialNamespaces`): `helm template` output, the RoleBindings the
@@ -30,9 +30,11 @@ condition naming the fix, and never asks the API server for that Secret.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,8 +87,24 @@ def _rbac_of(objects: list[Obj]) -> list[Obj]:
 
 
 def _kustomize() -> Mode:
-    objects = _rbac_of(kustomize.build(REPO_ROOT / "config" / "default"))
-    objects.append(rbac.credentials_binding(CREDENTIALS))  # the documented step
+    """`make deploy CREDENTIAL_NAMESPACES=vsphere-credentials`: config/default through the
+    overlay the Makefile writes."""
+    made = subprocess.run(
+        [
+            str(REPO_ROOT / "scripts" / "kustomize-overlay.sh"),
+            str(REPO_ROOT / "config" / "default"),
+            "--credential-namespace",
+            CREDENTIALS,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    overlay = Path(made.stdout.strip())
+    try:
+        objects = _rbac_of(kustomize.build(overlay))
+    finally:
+        shutil.rmtree(overlay)
     return Mode(names.DEPLOYMENT_NAMESPACE, objects, (CREDENTIALS,))
 
 
