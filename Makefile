@@ -216,6 +216,7 @@ uninstall: ## delete the CRDs (refused while pools or VsphereAgents exist; FORCE
 deploy: ## apply config/default (CRDs, RBAC, Deployment, Service, NetworkPolicy) with IMG and CREDENTIAL_NAMESPACES
 	@overlay=$$($(OVERLAY) config/default --image $(IMG)$(CREDENTIALS)) && trap 'rm -rf "$$overlay"' EXIT && \
 	  echo "$(APPLY) -k config/default  # image $(IMG)" && $(APPLY) -k "$$overlay"
+	@$(if $(strip $(CREDENTIAL_NAMESPACES)),true,echo "note: no CREDENTIAL_NAMESPACES: the operator does not start until it may read credentials somewhere (docs/installation.md#credentials-namespaces)" >&2)
 
 .PHONY: undeploy
 undeploy: ## delete what deploy applied, except the CRDs (and with them your pools)
