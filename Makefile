@@ -129,6 +129,7 @@ version: venv ## print the operator's version
 # CONTEXT=name picks a kubeconfig context.
 
 CONTEXT ?=
+CREDENTIAL_NAMESPACES ?=
 FORCE ?=
 PUSH ?=
 PYTHON_IMAGE ?=
@@ -138,6 +139,8 @@ KUBECTL_CMD = $(KUBECTL)$(if $(CONTEXT), --context=$(CONTEXT),)
 APPLY = $(KUBECTL_CMD) apply --server-side --force-conflicts --field-manager=agent-forge-deploy
 DELETE = $(KUBECTL_CMD) delete --ignore-not-found --wait=false
 OVERLAY = scripts/kustomize-overlay.sh
+# CREDENTIAL_NAMESPACES="a b": where the operator may read Secrets (docs/installation.md)
+CREDENTIALS = $(foreach ns,$(CREDENTIAL_NAMESPACES), --credential-namespace $(ns))
 GROUP := agent-forge.containeroo.ch
 
 .PHONY: packaging-tools
@@ -210,13 +213,14 @@ uninstall: ## delete the CRDs (refused while pools or VsphereAgents exist; FORCE
 	$(DELETE) -k config/crd
 
 .PHONY: deploy
-deploy: ## apply config/default (CRDs, RBAC, Deployment, Service, NetworkPolicy) with IMG
-	@overlay=$$($(OVERLAY) config/default --image $(IMG)) && trap 'rm -rf "$$overlay"' EXIT && \
+deploy: ## apply config/default (CRDs, RBAC, Deployment, Service, NetworkPolicy) with IMG and CREDENTIAL_NAMESPACES
+	@overlay=$$($(OVERLAY) config/default --image $(IMG)$(CREDENTIALS)) && trap 'rm -rf "$$overlay"' EXIT && \
 	  echo "$(APPLY) -k config/default  # image $(IMG)" && $(APPLY) -k "$$overlay"
+	@$(if $(strip $(CREDENTIAL_NAMESPACES)),true,echo "note: no CREDENTIAL_NAMESPACES: the operator does not start until it may read credentials somewhere (docs/installation.md#credentials-namespaces)" >&2)
 
 .PHONY: undeploy
 undeploy: ## delete what deploy applied, except the CRDs (and with them your pools)
-	@overlay=$$($(OVERLAY) config/default --without-crds) && trap 'rm -rf "$$overlay"' EXIT && \
+	@overlay=$$($(OVERLAY) config/default --without-crds$(CREDENTIALS)) && trap 'rm -rf "$$overlay"' EXIT && \
 	  echo "$(DELETE) -k config/default  # without the CRDs" && $(DELETE) -k "$$overlay"
 	@echo "CRDs kept (your pools with them); \`make uninstall\` removes them."
 
@@ -229,8 +233,8 @@ undeploy-monitoring: ## delete what deploy-monitoring applied
 	$(DELETE) -k config/prometheus
 
 .PHONY: render
-render: ## print config/default as deploy would apply it (IMG=...)
-	@overlay=$$($(OVERLAY) config/default --image $(IMG)) && trap 'rm -rf "$$overlay"' EXIT && \
+render: ## print config/default as deploy would apply it (IMG=..., CREDENTIAL_NAMESPACES=...)
+	@overlay=$$($(OVERLAY) config/default --image $(IMG)$(CREDENTIALS)) && trap 'rm -rf "$$overlay"' EXIT && \
 	  $(KUBECTL) kustomize "$$overlay"
 
 .PHONY: image

@@ -76,6 +76,7 @@ def _manifests(*, output: Path, check: bool) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         config = settings.load(args, environ=os.environ)
+        settings.require_secret_namespaces(config)
     except settings.SettingsError as exc:
         print(f"agentforge run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -120,6 +120,7 @@ async def run(settings: Settings, *, controllers: BuildControllers = registry.co
             "cluster": cluster.server,
             "source": cluster.source,
             "namespaces": list(settings.namespaces) or "all",
+            "credential_namespaces": sorted(settings.secret_namespaces),
             "leader_elect": settings.leader_elect,
             "iso_downloads": iso.proxies.describe(),
             "iso_ca_bundle": str(settings.iso_ca_bundle or "system store only"),
@@ -208,7 +209,9 @@ async def _start(
     )
     stack.push_async_callback(sessions.close)
     credentials = SecretCredentials(
-        client=client, refresh_interval=settings.credentials_refresh_interval.total_seconds()
+        client=client,
+        namespaces=settings.secret_namespaces,
+        refresh_interval=settings.credentials_refresh_interval.total_seconds(),
     )
     stack.push_async_callback(credentials.close)
     events = EventRecorder(

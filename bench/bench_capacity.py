@@ -59,7 +59,13 @@ from bench.harness import COUNT, Context, Goal, Section
 from sim.actors import Timings
 from sim.actors.capi import is_bound
 from sim.controlplane import ControlPlane, ProxyControl
-from sim.operator import OperatorProcess, install_operator, metrics_reader, operator_identity
+from sim.operator import (
+    OperatorProcess,
+    grant_credentials,
+    install_operator,
+    metrics_reader,
+    operator_identity,
+)
 from sim.vcsim import Vcsim
 from sim.world import World
 
@@ -492,6 +498,7 @@ async def stage(
             iso_size=1024 * 1024,
         )
     )
+    await asyncio.to_thread(grant_credentials, cp, namespace)  # its credentials namespace
     await world.capi.stop()  # binding waits until every Agent is prepared
     profile = await _calibrate(world, vcsim)
     op = await stack.enter_async_context(

@@ -41,6 +41,8 @@ async def run(ctx: Context) -> Section:
         "agent-forge-system",
         "--leader-election-id",
         "bench-idle",
+        "--credential-namespace",  # required when watching all; no pool reads one here
+        "agent-forge-system",
         log_path=ctx.workdir / "idle.log",
     ) as op:
         await op.wait_ready(within=900)

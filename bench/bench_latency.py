@@ -73,6 +73,8 @@ async def run(ctx: Context) -> Section:
         "agent-forge-system",
         "--leader-election-id",
         "bench-latency",
+        "--credential-namespace",  # required when watching all; no pool reads one here
+        "agent-forge-system",
         log_path=ctx.workdir / "latency.log",
         probe=True,
         metrics=await asyncio.to_thread(metrics_reader, f.controlplane),

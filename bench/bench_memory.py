@@ -44,6 +44,7 @@ async def run(ctx: Context) -> Section:
     f = await fleet(ctx)
     section = Section(title=f"Memory: RSS of an operator caching {f.scale:,} of each kind")
     args = ["--leader-elect", "--leader-election-namespace", "agent-forge-system"]
+    args += ["--credential-namespace", "agent-forge-system"]  # required when watching all
 
     ctx.step("baseline: an operator watching one empty namespace")
     baseline_log = ctx.workdir / "memory-baseline.log"

@@ -38,7 +38,7 @@ from bench.bench_capacity import _calibrate, _mark, _quiet
 from bench.harness import Context, Goal, Section
 from sim.actors import Timings
 from sim.controlplane import ControlPlane
-from sim.operator import OperatorProcess, install_operator, operator_identity
+from sim.operator import OperatorProcess, grant_credentials, install_operator, operator_identity
 from sim.vcsim import Vcsim
 from sim.world import World
 
@@ -127,6 +127,7 @@ async def run(ctx: Context) -> Section:
                 iso_size=1024 * 1024,
             )
         )
+        await asyncio.to_thread(grant_credentials, cp, NAMESPACE)  # its credentials namespace
         await world.capi.stop()  # binding held back: the figures are the operator's
         profile = await _calibrate(world, vcsim)
         op = await stack.enter_async_context(

@@ -16,9 +16,14 @@ How each object of config/default lands in the bundle:
   under AllNamespaces; the OperatorGroup's namespaces under MultiNamespace);
 * the ClusterRole and Role bound to the operator's ServiceAccount: the CSV's
   `clusterPermissions` and `permissions` (OLM creates the ServiceAccount, the roles and
-  their bindings); other ClusterRoles (metrics-reader), the metrics Service, the
-  PodDisruptionBudget and ConfigMaps: plain manifests, installed by OLM into the
-  operator's namespace;
+  their bindings); other ClusterRoles (metrics-reader, credentials-reader, the tenant
+  roles pool-editor and pool-viewer), the metrics Service, the PodDisruptionBudget and
+  ConfigMaps: plain manifests, installed by OLM into the operator's namespace;
+* Secrets are in neither permission list, on purpose: OLM turns `permissions` into a
+  ClusterRole and ClusterRoleBinding under AllNamespaces (operator-lifecycle-manager's
+  `ensureSingletonRBAC`), which would let the operator read every Secret of the
+  cluster. The credentials-reader ClusterRole ships unbound; the administrator binds it
+  in each credentials namespace, as for the other install paths (docs/installation.md);
 * the Namespace, the ServiceAccount and the role bindings: left out, OLM makes them;
 * the NetworkPolicies: left out. OLM v1 refuses NetworkPolicies in a bundle, and OLM v0
   accepts them only since late-2025 z-streams (OpenShift 4.14 and later backports);

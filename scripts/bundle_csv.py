@@ -65,6 +65,12 @@ and vCenter 7 or 8.
 
 **Install mode**: all namespaces, or a list that holds each pool's namespace *and* its
 hosted control plane namespace (`clusters-<name>`), where the AgentMachines are.
+
+**Credentials**: the operator reads Secrets only in its credentials namespaces, and only
+where the ClusterRole `agent-forge-credentials-reader` is bound to it by a RoleBinding:
+bind it in each namespace that holds vCenter credentials Secrets, and under all
+namespaces also name them in `AGENT_FORGE_CREDENTIAL_NAMESPACE` (the Subscription's
+`spec.config.env`); the operator does not start without them.
 """
 
 

@@ -14,11 +14,15 @@ How config/ becomes the chart:
   instead of `agent-forge-system` (the Namespace object is left out: `helm install
   --create-namespace` or your own, labelled as docs/installation.md says), with Helm's
   standard labels added to its metadata;
+* Secrets: the credentials-reader ClusterRole is bound by a RoleBinding in each
+  namespace of `credentialNamespaces` (else `namespaces`), never cluster-wide; with both
+  empty none is, and the operator refuses to start (docs/installation.md);
 * values replace what users set per installation, and their defaults are config/'s
   values: `image` (repository, tag or digest), `replicaCount`, `resources`, `env`,
   `imagePullSecrets`, `priorityClassName`, `affinity`, `nodeSelector`, `tolerations`,
   `podLabels` and `podAnnotations` (added to config's, whose keys they cannot repeat),
-  `namespaces` (the `--namespace` flags; empty: all), `logLevel`,
+  `namespaces` (the `--namespace` flags; empty: all), `credentialNamespaces` (the
+  `--credential-namespace` flags; empty: `namespaces`), `logLevel`,
   `networkPolicy.enabled`, `podDisruptionBudget.enabled`, and `monitoring.enabled` for
   config/prometheus (needs the Prometheus Operator's CRDs; its ServiceMonitor selects
   the metrics Service in the release namespace); `values.schema.json`, generated with
@@ -44,6 +48,7 @@ from typing import Any
 import yaml
 
 from agentforge import __version__
+from agentforge.api import names, rbac
 from scripts import chart_templates, generated, kustomize
 
 __all__ = ["CHART", "main", "render"]
@@ -232,13 +237,18 @@ def _deployment(
         else:
             args.append(arg)
     values["namespaces"] = []
-    args.append(
-        snippets.items(
-            "{{- range .Values.namespaces }}",
-            "- --namespace={{ . }}",
-            "{{- end }}",
+    values["credentialNamespaces"] = []
+    for value, flag in (
+        ("namespaces", "--namespace"),
+        ("credentialNamespaces", "--credential-namespace"),
+    ):
+        args.append(
+            snippets.items(
+                "{{- range .Values." + value + " }}",
+                "- " + flag + "={{ . }}",
+                "{{- end }}",
+            )
         )
-    )
     manager["args"] = args
     values["env"] = manager.get("env") or []
     schemas["env"] = {"type": "array", "items": _NAMED}
@@ -273,6 +283,24 @@ def _deployment(
         schemas[field] = _strings_except(list(fixed))
         pod_meta[key] = _added(snippets, fixed, field) if fixed else _optional(snippets, field)
     return obj
+
+
+CREDENTIAL_NAMESPACES = "(.Values.credentialNamespaces | default .Values.namespaces)"
+"""Where the operator may read Secrets: `credentialNamespaces`, else the watched ones."""
+
+
+def _credentials_bindings() -> str:
+    """A RoleBinding to the credentials-reader ClusterRole in each credentials namespace
+    (none at all when both lists are empty: the operator then refuses to start)."""
+    snippets = _Snippets()
+    obj = rbac.credentials_binding("placeholder")
+    obj["metadata"]["namespace"] = snippets.scalar("{{ . }}")
+    obj["metadata"]["labels"] = snippets.block(
+        '{{{{- include "agent-forge.labels" $ | nindent {n} }}}}'
+    )
+    obj["subjects"][0]["namespace"] = snippets.scalar("{{ $.Release.Namespace }}")
+    body = snippets.apply(_dump(obj))
+    return f"{HEADER}{{{{- range {CREDENTIAL_NAMESPACES} }}}}\n---\n{body}{{{{- end }}}}\n"
 
 
 def _schema(value: Any) -> JsonObj:
@@ -319,6 +347,8 @@ def render() -> dict[Path, str]:
             condition = ".Values.podDisruptionBudget.enabled"
         file_name = f"{kind.lower()}-{name.removeprefix('agent-forge-')}.yaml"
         files[CHART / "templates" / file_name] = _template(templated, snippets, condition=condition)
+    reader = names.CREDENTIALS_READER_ROLE.removeprefix("agent-forge-")
+    files[CHART / "templates" / f"rolebinding-{reader}.yaml"] = _credentials_bindings()
     for obj in monitoring:
         kind, name = obj["kind"], obj["metadata"]["name"]
         file_name = f"{kind.lower()}-{name.removeprefix('agent-forge-')}.yaml"

@@ -45,7 +45,11 @@ NOTES = (
     + """agent-forge {{ .Chart.AppVersion }} runs in namespace {{ .Release.Namespace }} with image
 {{ include "agent-forge.image" . }}, watching
 {{- if .Values.namespaces }} namespaces {{ join ", " .Values.namespaces }}
-{{- else }} all namespaces{{ end }}.
+{{- else }} all namespaces{{ end }}, reading credentials Secrets only in
+{{- with (.Values.credentialNamespaces | default .Values.namespaces) }} {{ join ", " . }}.
+{{- else }} NO namespace: it will not start. Set credentialNamespaces to the namespaces
+whose Secrets pools may use (a RoleBinding lets it get Secrets there, nowhere else).
+{{- end }}
 
 Check that it runs:
   kubectl -n {{ .Release.Namespace }} rollout status deploy/agent-forge-controller-manager
@@ -69,6 +73,9 @@ _COMMENTS = {
     "env": "Environment of the manager container, e.g. the cluster proxy for ISO downloads: "
     "HTTPS_PROXY, HTTP_PROXY, NO_PROXY (docs/configuration.md#iso-downloads-trusted-cas-proxy-"
     "redirects-size); `valueFrom` works too.",
+    "credentialNamespaces": "Namespaces whose Secrets pools may use (--credential-namespace "
+    "for each; a RoleBinding to agent-forge-credentials-reader in each); empty: namespaces. "
+    "Required when namespaces is empty: the operator reads no Secret elsewhere.",
     "resources": "From bench/results/latest.md; docs/scaling.md says how to size larger fleets.",
     "podLabels": "Labels added to the pod's own, which (the selector's among them) stay.",
     "podAnnotations": "Annotations added to the pod's own, which stay.",

@@ -47,6 +47,8 @@ def _default(option: settings.Option) -> str:
     value = settings.Settings.model_fields[option.field].default
     if option.field == "namespaces":
         return "all namespaces"
+    if option.field == "credential_namespaces":
+        return "the `--namespace` list; required when all namespaces are watched"
     if option.field == "kubeconfig":
         return "`$KUBECONFIG`, else the in-cluster service account, else `~/.kube/config`"
     if option.field == "leader_election_namespace":

@@ -51,6 +51,7 @@ from sim.operator import (
     MetricsReader,
     OperatorProcess,
     first_to_log,
+    grant_credentials,
     install_operator,
     metrics_reader,
     operator_identity,
@@ -346,8 +347,17 @@ async def _demo(cp: ControlPlane, vc: Vcsim, state: Path, *, keep: bool) -> int:
     with console.status("installing CRDs and RBAC generated from the code"):
         kubeconfig = await asyncio.to_thread(install_operator, cp)
         reader = await asyncio.to_thread(metrics_reader, cp)
+        await asyncio.to_thread(cp.create_namespace, POOL_NAMESPACE)
+        await asyncio.to_thread(grant_credentials, cp, POOL_NAMESPACE)
     cfg = await config.load_config(kubeconfig=cp.admin_kubeconfig, environ={})
-    args = ("--leader-elect", "--leader-election-namespace", NAMESPACE)
+    # The pools' Secrets are in POOL_NAMESPACE: the operator may read Secrets there only.
+    args = (
+        "--leader-elect",
+        "--leader-election-namespace",
+        NAMESPACE,
+        "--credential-namespace",
+        POOL_NAMESPACE,
+    )
     ops = [
         OperatorProcess(kubeconfig, *args, log_path=state / f"{n}.log", name=n, metrics=reader)
         for n in ("replica-a", "replica-b")

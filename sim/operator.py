@@ -17,6 +17,8 @@ once with the tail of its log.
 `install_operator(controlplane)` installs what a deployment would, generated from
 the code (our CRDs, the RBAC of `config/rbac`) and returns the kubeconfig of the
 operator's ServiceAccount, so tests run the operator with exactly its permissions.
+`grant_credentials(controlplane, namespace, ...)` adds what an installer adds for each
+credentials namespace: the RoleBinding that lets the operator `get` Secrets there.
 
 /metrics is served as in a cluster: HTTPS, only to bearer tokens the API server
 authorises for `get /metrics`. `metrics_reader(controlplane)` (`sim.metrics_reader`,
@@ -67,6 +69,7 @@ __all__ = [
     "OperatorProcess",
     "Sample",
     "first_to_log",
+    "grant_credentials",
     "install_operator",
     "metrics_reader",
     "operator_identity",
@@ -115,6 +118,27 @@ def install_operator(controlplane: ControlPlane, *, namespace: str | None = None
             content_type="application/apply-patch+yaml",
         )
     return controlplane.serviceaccount_kubeconfig(namespace, names.SERVICE_ACCOUNT)
+
+
+def grant_credentials(
+    controlplane: ControlPlane, *namespaces: str, operator_namespace: str | None = None
+) -> None:
+    """Let the operator `get` Secrets in `namespaces`, as an installer does for its
+    credentials namespaces (a RoleBinding to the credentials-reader ClusterRole in each,
+    docs/installation.md); nothing in config/rbac grants Secrets by itself. Idempotent."""
+    from agentforge.api import names, rbac  # noqa: PLC0415
+
+    client = controlplane.direct_client()
+    for namespace in namespaces:
+        binding = rbac.credentials_binding(
+            namespace, operator_namespace=operator_namespace or names.DEPLOYMENT_NAMESPACE
+        )
+        client.request(
+            "PATCH",
+            _object_path(binding) + "?fieldManager=agentforge-sim&force=true",
+            body=binding,
+            content_type="application/apply-patch+yaml",
+        )
 
 
 def _object_path(obj: Mapping[str, Any]) -> str:
@@ -494,6 +518,7 @@ def _probe_main(argv: Sequence[str]) -> int:
     settings.add_run_arguments(parser)
     try:
         config = settings.load(parser.parse_args(argv), environ=os.environ)
+        settings.require_secret_namespaces(config)
     except settings.SettingsError as exc:
         print(f"sim.operator: error: {exc}", file=sys.stderr)
         return 2

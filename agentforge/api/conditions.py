@@ -82,6 +82,9 @@ class PoolReason(StrEnum):
     VSPHERE_CONNECTED = "VsphereConnected"
     CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
     CREDENTIALS_NOT_SHARED = "CredentialsNotShared"
+    CREDENTIALS_NAMESPACE_NOT_ALLOWED = "CredentialsNamespaceNotAllowed"
+    """The credentials Secret is in a namespace the operator reads no Secrets in (outside
+    --credential-namespace); it was not read."""
     VSPHERE_UNAVAILABLE = "VsphereUnavailable"
     LOGIN_FAILED = "LoginFailed"
     """vCenter refused the login (wrong user or password); the message says when the
@@ -179,6 +182,10 @@ ACTIONABLE: Final[tuple[Actionable, ...]] = (
                "whoever manages the Secret's namespace lists the pool's namespace in its "
                "annotation agent-forge.containeroo.ch/allowed-namespaces, or use a Secret in "
                "the pool's namespace"),
+    Actionable(_POOL, _P.VSPHERE_READY, PoolReason.CREDENTIALS_NAMESPACE_NOT_ALLOWED,
+               "use a Secret in a namespace the message lists, or the cluster admin adds the "
+               "Secret's namespace to --credential-namespace and binds "
+               "agent-forge-credentials-reader there"),
     Actionable(_POOL, _P.VSPHERE_READY, PoolReason.LOGIN_FAILED,
                "correct username or password in the credentials Secret (a changed Secret is "
                "tried at once)"),

@@ -8,11 +8,18 @@ needs it::
 
 `make manifests` imports the application (so every declaration has run) and renders
 the registry: one ClusterRole for cluster-wide needs, one Role in the operator's
-namespace for leader election, and the `metrics-reader` ClusterRole (a static rule)
-that whoever scrapes /metrics must hold. Rules are merged the way controller-gen merges
-kubebuilder markers: verbs of the same apiGroup+resource are united, then resources
-of one apiGroup that need the same verbs share a rule, all sorted, so the output
-does not depend on import order.
+namespace for leader election, the `credentials-reader` ClusterRole for Secrets, which
+nothing binds cluster-wide: a RoleBinding (`credentials_binding`) grants it in each
+namespace whose Secrets pools may use, and nowhere else (the chart generates them from
+its values, docs/installation.md says how for `make deploy` and OLM). Static rules
+complete it: the `metrics-reader` ClusterRole that whoever scrapes /metrics must hold,
+and the tenant roles `pool-editor` / `pool-viewer`, aggregated into the built-in
+`edit` / `view` (and `admin`), which never grant a status subresource: the operator
+alone writes status, and adoption trusts a VsphereAgent's status.
+
+Rules are merged the way controller-gen merges kubebuilder markers: verbs of the same
+apiGroup+resource are united, then resources of one apiGroup that need the same verbs
+share a rule, all sorted, so the output does not depend on import order.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Literal, get_args
 
-from agentforge.api import names
+from agentforge.api import kinds, names
 from agentforge.api.kinds import Kind
 
 Verb = Literal["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
@@ -35,6 +42,9 @@ class Scope(StrEnum):
     """Granted by the ClusterRole: objects in any namespace."""
     LEADER_ELECTION = "leader-election"
     """Granted by a Role in the operator's own namespace only."""
+    CREDENTIALS = "credentials"
+    """Granted by RoleBindings to the credentials-reader ClusterRole, one in each
+    credentials namespace (`--credential-namespace`); never cluster-wide."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +119,54 @@ def _service_account_subject(namespace: str) -> dict[str, str]:
     return {"kind": "ServiceAccount", "name": names.SERVICE_ACCOUNT, "namespace": namespace}
 
 
+TENANT_KINDS: Final = (kinds.VSPHERE_AGENT_POOL, kinds.VSPHERE_AGENT)
+"""What the tenant roles cover: our own kinds (never their status subresource)."""
+_EDIT_VERBS: Final = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
+_VIEW_VERBS: Final = ("get", "list", "watch")
+_AGGREGATE: Final = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def _tenant_role(name: str, verbs: tuple[str, ...], *to: str) -> dict[str, Any]:
+    return {
+        "apiVersion": RBAC_API_VERSION,
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {f"{_AGGREGATE}{role}": "true" for role in to}},
+        "rules": [
+            {
+                "apiGroups": sorted({k.group for k in TENANT_KINDS}),
+                "resources": sorted(k.plural for k in TENANT_KINDS),
+                "verbs": list(verbs),
+            }
+        ],
+    }
+
+
+def credentials_binding(
+    namespace: str, *, operator_namespace: str = names.DEPLOYMENT_NAMESPACE
+) -> dict[str, Any]:
+    """The RoleBinding that lets the operator `get` Secrets in `namespace` (and only there)."""
+    return {
+        "apiVersion": RBAC_API_VERSION,
+        "kind": "RoleBinding",
+        "metadata": {"name": names.CREDENTIALS_READER_ROLE, "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": names.CREDENTIALS_READER_ROLE,
+        },
+        "subjects": [_service_account_subject(operator_namespace)],
+    }
+
+
 def render(
     registry: Registry, *, namespace: str = names.DEPLOYMENT_NAMESPACE
 ) -> dict[str, tuple[list[str], dict[str, Any]]]:
@@ -169,6 +227,31 @@ def render(
                 },
                 "subjects": [_service_account_subject(namespace)],
             },
+        ),
+        "credentials_reader_role.yaml": (
+            [
+                *registry.reasons(Scope.CREDENTIALS),
+                "Bound by a RoleBinding in each credentials namespace (--credential-namespace),",
+                "never by a ClusterRoleBinding: the operator reads no Secret elsewhere.",
+                "docs/installation.md#credentials-namespaces",
+            ],
+            {
+                "apiVersion": RBAC_API_VERSION,
+                "kind": "ClusterRole",
+                "metadata": {"name": names.CREDENTIALS_READER_ROLE},
+                "rules": registry.rules(Scope.CREDENTIALS),
+            },
+        ),
+        "pool_editor_role.yaml": (
+            [
+                "For tenants: aggregated into the built-in `edit` and `admin` roles. No status",
+                "subresource: only the operator writes status (adoption trusts it).",
+            ],
+            _tenant_role(names.POOL_EDITOR_ROLE, _EDIT_VERBS, "admin", "edit"),
+        ),
+        "pool_viewer_role.yaml": (
+            ["For tenants: aggregated into the built-in `view` role (and so `edit`, `admin`)."],
+            _tenant_role(names.POOL_VIEWER_ROLE, _VIEW_VERBS, "view"),
         ),
         "metrics_reader_role.yaml": (
             [

@@ -13,7 +13,8 @@ namespace) is one access review:
 
 Namespaces: ClusterRole rules are reviewed in the pool's namespace and its control
 plane namespace (the operator's caches list and watch every kind in the namespaces
-it serves), except Secrets, reviewed in the credentials Secret's namespace only, and
+it serves); Secrets (the credentials-reader ClusterRole, bound per namespace) in the
+credentials Secret's namespace only; and
 cluster-scoped kinds (the TokenReviews and SubjectAccessReviews behind /metrics),
 reviewed once without a namespace; leader-election rules in the ServiceAccount's
 namespace. Results are cached, so
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import agentforge.app  # noqa: F401 - imported for its modules' rbac.needs(...) declarations
-from agentforge.api import kinds, names, rbac
+from agentforge.api import names, rbac
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check.render import Item, Status
 from agentforge.kube import errors
@@ -121,7 +122,8 @@ class Reviewer:
         return cls(client, Subject(None), [note])
 
     def accesses(self, pool: VsphereAgentPool) -> dict[str, list[Access]]:
-        """What to review, by the fix that grants it ("cluster" or "leader-election")."""
+        """What to review, by the fix that grants it ("cluster", "leader-election" or
+        "credentials")."""
         namespaces = sorted({pool.metadata.namespace, pool.spec.control_plane_namespace})
         secret_ns = pool.credentials_secret_namespace()
         wanted: dict[str, set[Access]] = defaultdict(set)
@@ -129,7 +131,7 @@ class Reviewer:
             if need.scope is rbac.Scope.LEADER_ELECTION:
                 account = self.subject.account if self.subject else None
                 scoped = [account[0] if account else names.DEPLOYMENT_NAMESPACE]
-            elif (need.group, need.resource) == (kinds.SECRET.group, kinds.SECRET.plural):
+            elif need.scope is rbac.Scope.CREDENTIALS:
                 scoped = [secret_ns]
             elif not need.namespaced:
                 scoped = [""]  # cluster-scoped: one review, no namespace
@@ -155,7 +157,10 @@ class Reviewer:
 
     def _item(self, scope: str, namespace: str, results: list[tuple[Access, bool | str]]) -> Item:
         assert self.subject is not None
-        what = "leader election" if scope == rbac.Scope.LEADER_ELECTION.value else "reconciling"
+        what = {
+            rbac.Scope.LEADER_ELECTION.value: "leader election",
+            rbac.Scope.CREDENTIALS.value: "reading credentials",
+        }.get(scope, "reconciling")
         where = f"in namespace {namespace}" if namespace else "cluster-wide"
         subject = f"RBAC of {self.subject.label} for {what} {where}"
         errors_seen = sorted({a for _, a in results if isinstance(a, str)})
@@ -187,6 +192,13 @@ class Reviewer:
                 f"kubectl -n {namespace} create rolebinding agent-forge-leader-election "
                 f"--role={names.LEADER_ELECTION_ROLE} --serviceaccount={sa} "
                 "(the Role is in config/rbac/leader_election_role.yaml)"
+            )
+        if scope == rbac.Scope.CREDENTIALS.value:
+            return (
+                f"kubectl -n {namespace} create rolebinding {names.CREDENTIALS_READER_ROLE} "
+                f"--clusterrole={names.CREDENTIALS_READER_ROLE} --serviceaccount={sa}, and list "
+                f"{namespace} in the operator's --credential-namespace "
+                "(docs/installation.md#credentials-namespaces)"
             )
         return (
             f"kubectl create clusterrolebinding agent-forge-manager "

@@ -22,6 +22,7 @@ from agentforge.settings.cli import (
     SettingsError,
     add_run_arguments,
     load,
+    require_secret_namespaces,
 )
 from agentforge.settings.model import Settings
 from agentforge.settings.values import (
@@ -51,4 +52,5 @@ __all__ = [
     "parse_bind_address",
     "parse_byte_size",
     "parse_duration",
+    "require_secret_namespaces",
 ]

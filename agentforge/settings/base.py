@@ -6,7 +6,8 @@ field carries everything a user sees of it: its type and default, its help text
 (the field's description) and a `Flag` with the command-line name, the metavar and
 the hint that tells how to fix a bad value. Its environment variable is its
 validation alias, `AGENT_FORGE_` followed by the field name in capitals
-(`--namespace` keeps its singular variable through an explicit alias). The command
+(`--namespace` and `--credential-namespace` keep their singular variables through
+explicit aliases). The command
 line (cli.py) and the generated table in docs/configuration.md
 (`scripts/settings_reference.py`) are built from these fields, so they cannot
 drift from what is validated.
@@ -108,6 +109,23 @@ class ProcessSettings(BaseSettings):
         (),
         validation_alias=ENV_PREFIX + "NAMESPACE",
         description=("watch only this namespace; repeat for more (default: all namespaces)"),
+    )
+    credential_namespaces: Annotated[
+        Names,
+        Flag(
+            "--credential-namespace",
+            metavar="NAME",
+            repeatable=True,
+            fix="pass a lower-case namespace name such as tenant-a",
+        ),
+    ] = Field(
+        (),
+        validation_alias=ENV_PREFIX + "CREDENTIAL_NAMESPACE",
+        description=(
+            "a namespace whose Secrets pools may use as vSphere credentials; repeat for more. "
+            "No Secret elsewhere is read: a pool naming one is refused (default: the "
+            "--namespace list; required when all namespaces are watched)"
+        ),
     )
     metrics_bind_address: Annotated[
         OptionalBind,
@@ -251,7 +269,7 @@ class ProcessSettings(BaseSettings):
             raise ValueError(f"{value} is not a readable file")
         return value
 
-    @field_validator("namespaces")
+    @field_validator("namespaces", "credential_namespaces")
     @classmethod
     def _namespaces_are_labels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
@@ -333,6 +351,13 @@ class ProcessSettings(BaseSettings):
                 f" must be shorter than the renew deadline ({fmt(self.renew_deadline)})",
             )
         return self
+
+    @property
+    def secret_namespaces(self) -> frozenset[str]:
+        """Where the operator may read credentials Secrets: `--credential-namespace`, else
+        the watched namespaces; empty (a start-up error, see cli.load) when all are watched
+        and none is named."""
+        return frozenset(self.credential_namespaces or self.namespaces)
 
     @classmethod
     def settings_customise_sources(

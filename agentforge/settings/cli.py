@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import EnvSettingsSource
 
+from agentforge.api import names
 from agentforge.settings.base import CrossFieldError, Flag
 from agentforge.settings.model import Settings
 
@@ -35,6 +36,7 @@ __all__ = [
     "SettingsError",
     "add_run_arguments",
     "load",
+    "require_secret_namespaces",
 ]
 
 IN_CLUSTER_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -147,6 +149,23 @@ def load(
             update={"leader_election_namespace": _in_cluster_namespace(namespace_file)}
         )
     return settings
+
+
+def require_secret_namespaces(settings: Settings) -> None:
+    """Refuse to start with nowhere to read credentials: an empty list grants nothing.
+
+    Checked when the operator starts (not in `load`, so settings can be inspected
+    without it): the operator reads Secrets only in `settings.secret_namespaces`."""
+    if not settings.secret_namespaces:
+        option = _BY_FIELD["credential_namespaces"]
+        raise SettingsError(
+            f"{option.flag} is required when the operator watches all namespaces (no "
+            "--namespace): name each namespace whose Secrets pools may use, and bind the "
+            f"ClusterRole {names.CREDENTIALS_READER_ROLE} to the operator there with a "
+            "RoleBinding. The operator reads no Secret outside these namespaces, and an empty "
+            "list is no grant of all (docs/installation.md#credentials-namespaces) "
+            f"[env {option.env}]"
+        )
 
 
 def _in_cluster_namespace(path: Path) -> str:

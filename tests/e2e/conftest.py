@@ -3,7 +3,9 @@
 - `operator_kubeconfig` (session): `config/rbac` applied as shipped, the operator's
   ServiceAccount kubeconfig (least privilege, enforced by the apiserver's RBAC).
 - `world` (function): a `sim.world.World` in the test's fresh namespace (plus its
-  hosted control plane namespace) with short actor delays; at teardown it fails the
+  hosted control plane namespace) with short actor delays, the operator allowed to
+  `get` Secrets in its namespace (the installer's RoleBinding of a credentials
+  namespace, docs/installation.md); at teardown it fails the
   test when a domain rule was broken (a bound Agent deleted, the VM of a bound Agent
   deleted) or an actor hit an unexpected error, then removes the test's VMs from the
   shared simulator.
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from sim.controlplane import ControlPlane
-from sim.operator import MetricsReader
+from sim.operator import MetricsReader, grant_credentials
 from sim.operator import metrics_reader as shipped_metrics_reader
 from sim.vcsim import Vcsim
 from sim.world import World
@@ -64,6 +66,9 @@ async def world(
         timings=E2E_TIMINGS,
         iso_size=1024 * 1024,
     ) as sim_world:
+        # What an installer does for a credentials namespace (docs/installation.md): the
+        # pools' Secrets are in the world's namespace, the operator watches it.
+        grant_credentials(controlplane, sim_world.namespace)
         request.node.stash[WORLD_KEY] = sim_world
         yield sim_world
         leftovers = (await sim_world.snapshot()).vms

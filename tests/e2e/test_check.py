@@ -100,6 +100,8 @@ async def test_a_good_pool_passes_every_item_from_a_file_and_from_the_cluster(
         f"reconciling in namespace {world.control_plane_namespace}",
         "RBAC of ServiceAccount agent-forge-system/agent-forge-controller-manager for "
         "leader election in namespace agent-forge-system",
+        "RBAC of ServiceAccount agent-forge-system/agent-forge-controller-manager for "
+        f"reading credentials in namespace {world.namespace}",
     ):
         assert any(line.startswith(f"✓ {subject}") for line in lines), (subject, out)
     assert "1 carry hypershift.openshift.io/nodePool" in out
@@ -274,6 +276,13 @@ async def test_a_serviceaccount_without_the_clusterrole_fails_the_rbac_items(
         )
         assert f"--serviceaccount={ns}:no-role" in item["fix"]
         assert "agent-forge-manager-role" in item["fix"]
+    (reader,) = [i for i in rbac if "reading credentials" in i["subject"]]
+    assert reader["subject"].endswith(f"in namespace {ns}")
+    assert reader["message"] == "denied: secrets [get]"
+    assert reader["fix"].startswith(
+        f"kubectl -n {ns} create rolebinding agent-forge-credentials-reader "
+        f"--clusterrole=agent-forge-credentials-reader --serviceaccount={ns}:no-role"
+    )
 
     # With the ServiceAccount's own kubeconfig: it may not create SubjectAccessReviews, so
     # its own permissions are reviewed (and it may not even read the InfraEnv).

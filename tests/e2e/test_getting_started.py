@@ -23,7 +23,7 @@ import pytest
 
 from agentforge.api import names
 from sim.controlplane import ControlPlane
-from sim.operator import OperatorProcess
+from sim.operator import OperatorProcess, grant_credentials
 from sim.paths import REPO_ROOT, binary
 from sim.vcsim import Vcsim
 from sim.world import World
@@ -63,6 +63,7 @@ async def demo_world(
     controlplane: ControlPlane, vcsim: Vcsim, operator_kubeconfig: Path, tmp_path: Path
 ) -> AsyncIterator[tuple[World, OperatorProcess]]:
     controlplane.create_namespace(NAMESPACE)
+    grant_credentials(controlplane, NAMESPACE)  # docs/installation.md#credentials-namespaces
     operator = OperatorProcess(
         operator_kubeconfig,
         "--leader-elect",

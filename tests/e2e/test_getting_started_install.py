@@ -117,8 +117,11 @@ def test_install_then_deploy_creates_every_object_of_the_default_overlay(
     for crd in rendered("crd"):
         assert established(api, crd), crd["metadata"]["name"]
 
-    out = ok(make(cluster, "deploy", f"IMG={IMAGE}"))
-    objects = [o for o in yaml.safe_load_all(ok(make(None, "render", f"IMG={IMAGE}"))) if o]
+    cluster.create_namespace("vsphere-credentials")  # as docs/installation.md says, first
+    credentials = "CREDENTIAL_NAMESPACES=vsphere-credentials"
+    out = ok(make(cluster, "deploy", f"IMG={IMAGE}", credentials))
+    rendering = ok(make(None, "render", f"IMG={IMAGE}", credentials))
+    objects = [o for o in yaml.safe_load_all(rendering) if o]
     assert len(objects) == out.count("serverside-applied")
     missing = [f"{o['kind']} {o['metadata']['name']}" for o in objects if not exists(api, o)]
     assert missing == []
@@ -126,11 +129,20 @@ def test_install_then_deploy_creates_every_object_of_the_default_overlay(
         f"/apis/apps/v1/namespaces/{names.DEPLOYMENT_NAMESPACE}/deployments/"
         "agent-forge-controller-manager"
     ).body
-    assert [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]] == [IMAGE]
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert manager["image"] == IMAGE
+    assert {"name": "AGENT_FORGE_CREDENTIAL_NAMESPACE", "value": "vsphere-credentials"} in (
+        manager["env"]
+    )
+    reader = api.get(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/vsphere-credentials/rolebindings/"
+        f"{names.CREDENTIALS_READER_ROLE}"
+    ).body
+    assert reader["roleRef"]["name"] == names.CREDENTIALS_READER_ROLE
     managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
     assert "agent-forge-deploy" in managers
 
-    ok(make(cluster, "deploy", f"IMG={IMAGE}"))  # applying again changes nothing
+    ok(make(cluster, "deploy", f"IMG={IMAGE}", credentials))  # applying again changes nothing
     assert not list((REPO_ROOT / "config").rglob("*.orig")), "the checkout stays clean"
 
 

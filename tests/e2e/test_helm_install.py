@@ -8,7 +8,8 @@ Deployment never starts a pod; instead the test mints a token for the chart's
 ServiceAccount with the TokenRequest API (what the kubelet would mount) and runs the
 real operator process with it and with the flags of the chart's Deployment. A NodePool
 of one replica must then get its VM: the ClusterRole the chart installed lets the
-operator see the demand, create the VsphereAgent and write its status.
+operator see the demand, create the VsphereAgent and write its status, and the
+RoleBindings it generated for the watched namespaces let it read the pool's credentials.
 
 The release namespace is not `agent-forge-system`, and the chart's monitoring is on
 (the Prometheus Operator's CRDs are installed, but no Prometheus Operator runs): the
@@ -78,7 +79,10 @@ def _get(cluster: ControlPlane, path: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def installed(cluster: ControlPlane) -> dict[str, Any]:
     """The chart installed for the pool's two namespaces, with monitoring; its Deployment
-    as the API has it."""
+    as the API has it. The namespaces exist first: the chart binds the credentials reader
+    in each."""
+    for namespace in (POOL_NAMESPACE, CONTROL_PLANE_NAMESPACE):
+        cluster.create_namespace(namespace)
     helm(
         cluster,
         "install",
@@ -119,6 +123,18 @@ def test_helm_installed_the_crds_rbac_and_deployment_into_the_release_namespace(
         {"kind": "ServiceAccount", "name": names.SERVICE_ACCOUNT, "namespace": RELEASE_NAMESPACE}
     ]
     assert binding["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    manager_role = _get(
+        cluster, "/apis/rbac.authorization.k8s.io/v1/clusterroles/agent-forge-manager-role"
+    )
+    assert not [r for r in manager_role["rules"] if "secrets" in r["resources"]]
+    for namespace in (POOL_NAMESPACE, CONTROL_PLANE_NAMESPACE):  # the watched ones
+        reader = _get(
+            cluster,
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/"
+            f"{names.CREDENTIALS_READER_ROLE}",
+        )
+        assert reader["roleRef"]["name"] == names.CREDENTIALS_READER_ROLE
+        assert reader["subjects"] == binding["subjects"]
     (manager,) = installed["spec"]["template"]["spec"]["containers"]
     assert manager["image"].startswith("registry.example.com/agent-forge:")
     assert f"--namespace={POOL_NAMESPACE}" in manager["args"]

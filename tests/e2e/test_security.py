@@ -10,11 +10,12 @@
   in `RARELY_USED` with the reason it is still needed (the life cycle includes a
   Prometheus scrape, which the operator authorises with TokenReview and
   SubjectAccessReview).
-* Secrets: the operator's identity may `get` a Secret by name and can neither `list`
+* Secrets: the operator's identity may `get` a Secret by name in its credentials
+  namespace only (the world's, bound as an installer binds it) and can neither `list`
   nor `watch` Secrets in any namespace (SubjectAccessReviews and real requests
   with its token, `kube-system` and all namespaces included); a password changed in
   the Secret reaches the running operator without a restart, by `get` alone
-  (docs/design/0004-secret-access.md).
+  (docs/design/0004-secret-access.md; every install path: test_secret_access.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentforge.api import kinds, names
+from agentforge.api import kinds, names, rbac
 from agentforge.kube import config as kube_config
 from agentforge.kube import errors as kube_errors
 from agentforge.kube.client import KubeClient, RetryPolicy
@@ -68,6 +69,16 @@ def shipped_rbac() -> list[dict[str, Any]]:
     for path in sorted(RBAC_DIR.glob("*.yaml")):
         objects.extend(o for o in yaml.safe_load_all(path.read_text()) if o)
     return [o for o in objects if o.get("kind") != "Kustomization"]
+
+
+def operator_roles() -> list[dict[str, Any]]:
+    """The shipped roles the operator holds: those its shipped bindings name, and the
+    credentials reader an installer binds per credentials namespace (not the tenant
+    roles, nor metrics-reader)."""
+    shipped = shipped_rbac()
+    bound = {o["roleRef"]["name"] for o in shipped if o["kind"] in BINDINGS}
+    held = bound | {names.CREDENTIALS_READER_ROLE}
+    return [o for o in shipped if o["kind"] in GRANT_SCOPED and o["metadata"]["name"] in held]
 
 
 def grants(roles: list[dict[str, Any]]) -> set[Grant]:
@@ -227,7 +238,15 @@ async def test_operator_is_bound_only_to_the_shipped_rbac(
             ):
                 bound.add((kind, binding["metadata"]["name"]))
     shipped = {(o["kind"], o["metadata"]["name"]) for o in shipped_rbac() if o["kind"] in BINDINGS}
-    assert bound == shipped
+    # plus the credentials namespaces' RoleBindings, which an installer adds (the worlds')
+    assert bound == shipped | {("RoleBinding", names.CREDENTIALS_READER_ROLE)}
+    readers = [
+        b
+        for b in api.get("/apis/rbac.authorization.k8s.io/v1/rolebindings").body["items"]
+        if b["metadata"]["name"] == names.CREDENTIALS_READER_ROLE
+    ]
+    assert {b["roleRef"]["name"] for b in readers} == {names.CREDENTIALS_READER_ROLE}
+    assert world.namespace in {b["metadata"]["namespace"] for b in readers}
 
     for role in (o for o in shipped_rbac() if o["kind"] in GRANT_SCOPED):
         meta = role["metadata"]
@@ -284,9 +303,8 @@ async def test_the_operator_may_get_secrets_by_name_but_never_list_or_watch_them
         for verb in ("list", "watch", "get")
         for ns in namespaces
     }
-    assert {k for k, allowed in answers.items() if allowed} == {
-        ("get", ns or "<all>") for ns in namespaces
-    }, answers
+    # `get` only, and only in the credentials namespace the installer bound
+    assert {k for k, allowed in answers.items() if allowed} == {("get", world.namespace)}, answers
 
     # The same, asked with the operator's own token: the apiserver refuses the reads.
     cfg = await kube_config.load_config(kubeconfig=operator_kubeconfig, environ={})
@@ -302,7 +320,9 @@ async def test_the_operator_may_get_secrets_by_name_but_never_list_or_watch_them
             kinds.SECRET, namespace=world.namespace, name="vsphere-credentials"
         )
         assert found["metadata"]["name"] == "vsphere-credentials"
-        with pytest.raises(kube_errors.NotFound):  # allowed to ask: told it is not there
+        with pytest.raises(kube_errors.NotFound):  # allowed to ask here: told it is not there
+            await operator_api.get(kinds.SECRET, namespace=world.namespace, name="no-such-secret")
+        with pytest.raises(kube_errors.Forbidden):  # elsewhere not even that
             await operator_api.get(kinds.SECRET, namespace="kube-system", name="no-such-secret")
 
 
@@ -397,15 +417,15 @@ async def test_a_permission_taken_away_is_reported_as_refused(
         },
     )
     role = _restricted_role(dropped)
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    rbac_api = "/apis/rbac.authorization.k8s.io/v1"
     _apply(
         api,
-        f"{rbac}/clusterroles/{role['metadata']['name']}",
+        f"{rbac_api}/clusterroles/{role['metadata']['name']}",
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", **role},
     )
     _apply(
         api,
-        f"{rbac}/clusterrolebindings/{RESTRICTED_SA}",
+        f"{rbac_api}/clusterrolebindings/{RESTRICTED_SA}",
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
@@ -418,6 +438,12 @@ async def test_a_permission_taken_away_is_reported_as_refused(
             "subjects": [{"kind": "ServiceAccount", "name": RESTRICTED_SA, "namespace": ns}],
         },
     )
+    reader = {
+        **rbac.credentials_binding(world.namespace),
+        "subjects": [{"kind": "ServiceAccount", "name": RESTRICTED_SA, "namespace": ns}],
+    }
+    reader["metadata"] = {**reader["metadata"], "name": RESTRICTED_SA}
+    _apply(api, f"{rbac_api}/namespaces/{world.namespace}/rolebindings/{RESTRICTED_SA}", reader)
     kubeconfig = controlplane.serviceaccount_kubeconfig(ns, RESTRICTED_SA)
     await world.create_infraenv()
     await world.create_credentials()
@@ -517,7 +543,7 @@ async def test_every_granted_verb_is_used_by_a_pool_life_cycle(
     used = _resource_rows(rows)
     forbidden = sorted({(r.verb, r.resource) for r in rows if r.status == 403})
     assert forbidden == [], f"requests the shipped RBAC refused: {forbidden}"
-    granted = grants([o for o in shipped_rbac() if o["kind"] in GRANT_SCOPED])
+    granted = grants(operator_roles())
     unused = sorted(granted - used - set(RARELY_USED))
     print("granted but unused in this life cycle:", unused or "none")
     print("rarely used, allowed:", {f"{v} {r}": why for (v, r), why in RARELY_USED.items()})

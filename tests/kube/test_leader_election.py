@@ -54,6 +54,7 @@ def lease_name() -> str:
 
 def _args(lease_name: str, *, fast: bool) -> list[str]:
     args = ["--leader-elect", "--leader-election-namespace", NAMESPACE]
+    args += ["--credential-namespace", NAMESPACE]  # required when watching all; no pool here
     args += ["--leader-election-id", lease_name]
     if fast:
         args += ["--lease-duration", f"{FAST['lease']}s", "--renew-deadline", f"{FAST['renew']}s"]

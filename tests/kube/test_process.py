@@ -48,8 +48,13 @@ def reader(controlplane: ControlPlane, operator_kubeconfig: Path) -> MetricsRead
     return metrics_reader(controlplane)
 
 
+NO_CREDENTIALS = ("--credential-namespace", NAMESPACE)
+"""Required when watching all namespaces; no pool here reads a Secret."""
+
+
 def _leader_args(lease_name: str) -> list[str]:
     return [
+        *NO_CREDENTIALS,
         "--leader-elect",
         "--leader-election-namespace",
         NAMESPACE,
@@ -91,7 +96,9 @@ async def test_readyz_is_503_until_the_caches_synced_then_200(
     operator_kubeconfig: Path, proxy: ProxyControl, tmp_path: Path
 ) -> None:
     await proxy.set_latency(1500)  # every LIST takes 1.5 s: the unsynced state is visible
-    async with OperatorProcess(operator_kubeconfig, log_path=tmp_path / "op.log") as op:
+    async with OperatorProcess(
+        operator_kubeconfig, *NO_CREDENTIALS, log_path=tmp_path / "op.log"
+    ) as op:
         await op.wait_serving(within=30)
         assert await op.readyz() == 503
         assert await op.healthz() == 200  # alive while not ready
@@ -250,7 +257,12 @@ async def test_an_arbitrary_uid_without_home_starts_and_serves(
     with tempfile.TemporaryDirectory(prefix="agentforge-uid-") as private:
         kubeconfig = _owned_copy(operator_kubeconfig, Path(private), ARBITRARY_UID)
         op = OperatorProcess(
-            kubeconfig, log_path=tmp_path / "op.log", env=env, uid=ARBITRARY_UID, python=python
+            kubeconfig,
+            "--credential-namespace=default",  # watching all namespaces needs the list
+            log_path=tmp_path / "op.log",
+            env=env,
+            uid=ARBITRARY_UID,
+            python=python,
         )
         async with op:
             await op.wait_ready(within=60)
@@ -260,3 +272,25 @@ async def test_an_arbitrary_uid_without_home_starts_and_serves(
             code, body = await op.get_metrics(token=reader.token)
             assert code == 200, body
             assert "agent_forge_build_info" in body
+
+
+def test_watching_all_namespaces_without_credential_namespaces_exits_2_naming_the_fix() -> None:
+    """An empty list of credentials namespaces is no grant of all: the process stops."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"AGENT_FORGE_NAMESPACE", "AGENT_FORGE_CREDENTIAL_NAMESPACE"}
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "agentforge", "run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=paths.REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--credential-namespace is required when the operator watches all" in result.stderr
+    assert names.CREDENTIALS_READER_ROLE in result.stderr

@@ -103,6 +103,30 @@ def test_csv_permissions_are_the_generated_rbac() -> None:
     assert local["rules"] == _config("Role", "agent-forge-leader-election-role")["rules"]
 
 
+def test_no_permission_list_grants_secrets_and_the_unbound_roles_ship_as_manifests() -> None:
+    """OLM lifts `permissions` to a ClusterRole under AllNamespaces: a Secret rule in
+    either list would let the operator read every Secret of the cluster."""
+    strategy = _csv()["spec"]["install"]["spec"]
+    rules = [
+        r for p in strategy["clusterPermissions"] + strategy["permissions"] for r in p["rules"]
+    ]
+    assert not [r for r in rules if "secrets" in r["resources"]]
+    shipped = {
+        doc["metadata"]["name"]: doc
+        for path in (bundle.BUNDLE / "manifests").glob("*_clusterrole.yaml")
+        for doc in [yaml.safe_load(path.read_text())]
+    }
+    for name in (
+        "agent-forge-credentials-reader",
+        "agent-forge-pool-editor",
+        "agent-forge-pool-viewer",
+    ):
+        assert shipped[name]["rules"] == _config("ClusterRole", name)["rules"]
+    assert shipped["agent-forge-credentials-reader"]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    ]
+
+
 def test_install_modes_follow_the_namespace_flag() -> None:
     modes = {m["type"]: m["supported"] for m in _csv()["spec"]["installModes"]}
     # A pool and its AgentMachines live in two namespaces: one namespace never suffices.

@@ -262,3 +262,47 @@ def test_a_misspelt_or_mistyped_value_is_refused(value: str, complaint: str) -> 
     result = helm("template", "agent-forge", str(CHART), f"--set={value}")
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def _credentials_bindings(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        o["metadata"]["namespace"]: o
+        for o in objects
+        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "agent-forge-credentials-reader"
+    }
+
+
+def _manager_args(objects: list[dict[str, Any]]) -> list[str]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    return list(manager["args"])
+
+
+def test_secrets_are_granted_per_credentials_namespace_never_cluster_wide() -> None:
+    """credentialNamespaces, else namespaces: a RoleBinding to the credentials reader in
+    each; none at all by default (the operator then refuses to start)."""
+    default = template()
+    assert _credentials_bindings(default) == {}
+    assert not [a for a in _manager_args(default) if a.startswith("--credential-namespace")]
+    for obj in default:
+        if obj["kind"] == "ClusterRoleBinding":
+            assert obj["roleRef"]["name"] != "agent-forge-credentials-reader"
+
+    watched = template("namespaces={tenant-a,clusters-tenant-a}", namespace="platform")
+    bindings = _credentials_bindings(watched)
+    assert set(bindings) == {"tenant-a", "clusters-tenant-a"}
+    for binding in bindings.values():
+        assert binding["roleRef"]["name"] == "agent-forge-credentials-reader"
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": "agent-forge-controller-manager",
+                "namespace": "platform",
+            }
+        ]
+        assert binding["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+    apart = template("namespaces={x,clusters-x}", "credentialNamespaces={vsphere-credentials}")
+    assert set(_credentials_bindings(apart)) == {"vsphere-credentials"}
+    assert "--credential-namespace=vsphere-credentials" in _manager_args(apart)
+    assert "--namespace=x" in _manager_args(apart)

@@ -237,7 +237,9 @@ async def test_the_operators_serviceaccount_is_reviewed_when_the_caller_may() ->
     reviewer = await check_rbac.Reviewer.create(api, None)  # type: ignore[arg-type]
     items = await reviewer.review(pool(secret_ns="vault"))
     by_subject = {i.subject.rsplit(" ", 1)[-1]: i for i in items if "reconciling" in i.subject}
-    assert set(by_subject) == {"team-a", "clusters-hc1", "vault", "cluster-wide"}
+    assert set(by_subject) == {"team-a", "clusters-hc1", "cluster-wide"}
+    (reading,) = [i for i in items if "reading credentials" in i.subject]
+    by_subject["vault"] = reading
     assert by_subject["cluster-wide"].status is Status.PASS  # the reviews behind /metrics
     assert by_subject["cluster-wide"].message == "all 2 permissions granted"
     assert by_subject["team-a"].status is Status.FAIL
@@ -507,3 +509,18 @@ async def test_the_iso_url_is_probed_as_the_operator_downloads(tmp_path: Any) ->
         assert refused.status is Status.FAIL
         assert "only redirects to https are followed" in refused.message
         assert plain.stats().requests == 0
+
+
+async def test_a_denied_secret_is_fixed_by_a_rolebinding_in_its_namespace_only() -> None:
+    api = FakeApi(may_review=True, denied=frozenset({"secrets"}))
+    reviewer = await check_rbac.Reviewer.create(api, None)  # type: ignore[arg-type]
+    items = await reviewer.review(pool(secret_ns="vault"))
+    (reading,) = [i for i in items if "reading credentials" in i.subject]
+    assert reading.status is Status.FAIL
+    assert reading.subject.endswith("in namespace vault")
+    assert reading.message == "denied: secrets [get]"
+    assert reading.fix.startswith(
+        f"kubectl -n vault create rolebinding {names.CREDENTIALS_READER_ROLE} "
+        f"--clusterrole={names.CREDENTIALS_READER_ROLE} "
+    )
+    assert "clusterrolebinding" not in reading.fix

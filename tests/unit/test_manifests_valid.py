@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from agentforge import settings
-from agentforge.api import names
+from agentforge.api import names, rbac
 from agentforge.reconcilers.infra import credentials
 from scripts import kustomize, validate_manifests
 from sim.paths import binary
@@ -536,3 +536,35 @@ def test_sample_pool_names_the_sample_secret_and_adopted_agent_names_the_pool() 
     assert labels[names.LABEL_POOL] == pool["metadata"]["name"]
     assert annotations[names.ANNOTATION_VM_NAME]
     assert annotations[names.ANNOTATION_VM_BIOS_UUID]
+
+
+def test_deploy_overlay_binds_the_credentials_reader_in_each_named_namespace_only() -> None:
+    """`make deploy CREDENTIAL_NAMESPACES="a b"`: a RoleBinding per namespace and the list in
+    the manager's environment, so the operator starts and reads Secrets there only."""
+    plain = _overlay("--image", "x:1")
+    objects = _overlay(
+        "--image", "x:1", "--credential-namespace", "vsphere-creds", "--credential-namespace", "b"
+    )
+    added = {kustomize.object_id(o) for o in objects} - {kustomize.object_id(o) for o in plain}
+    assert added == {
+        ("rbac.authorization.k8s.io", "RoleBinding", ns, names.CREDENTIALS_READER_ROLE)
+        for ns in ("vsphere-creds", "b")
+    }
+    for binding in (o for o in objects if o["kind"] == "RoleBinding"):
+        if binding["metadata"]["name"] == names.CREDENTIALS_READER_ROLE:
+            assert binding == rbac.credentials_binding(binding["metadata"]["namespace"])
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in manager.get("env") or []}
+    assert env == {"AGENT_FORGE_CREDENTIAL_NAMESPACE": "vsphere-creds,b"}
+    assert not any(
+        o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == names.CREDENTIALS_READER_ROLE
+        for o in objects
+    )
+    refused = subprocess.run(
+        [str(REPO / "scripts" / "kustomize-overlay.sh"), str(CONFIG / "default"),
+         "--credential-namespace", "Not_A_Namespace"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "not a namespace name" in refused.stderr

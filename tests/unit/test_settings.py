@@ -199,6 +199,7 @@ def test_every_variable_sets_its_setting_as_its_flag_does(tmp_path: Path) -> Non
     values = {
         "--kubeconfig": str(tmp_path / "kubeconfig"),
         "--namespace": "clusters-demo",
+        "--credential-namespace": "tenant-a",
         "--metrics-bind-address": ":9443",
         "--metrics-secure": "true",
         "--metrics-cert-path": str(tmp_path),
@@ -246,3 +247,37 @@ def test_every_variable_sets_its_setting_as_its_flag_does(tmp_path: Path) -> Non
         for o in settings.OPTIONS
         if getattr(from_env, o.field) == getattr(defaults, o.field)
     ] == ["metrics_secure"]
+
+
+def test_credentials_are_read_only_in_the_named_or_else_the_watched_namespaces() -> None:
+    watched = _load(["--namespace", "tenant-a", "--namespace", "clusters-a"])
+    assert watched.secret_namespaces == {"tenant-a", "clusters-a"}
+    settings.require_secret_namespaces(watched)
+    named = _load(["--namespace", "tenant-a", "--credential-namespace", "vcenter-creds"])
+    assert named.secret_namespaces == {"vcenter-creds"}
+    from_env = _load([], {"AGENT_FORGE_CREDENTIAL_NAMESPACE": "tenant-a,tenant-b"})
+    assert not from_env.namespaces
+    assert from_env.secret_namespaces == {"tenant-a", "tenant-b"}
+    settings.require_secret_namespaces(from_env)
+
+
+def test_watching_all_namespaces_without_credential_namespaces_refuses_to_start(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty list is no grant of every namespace: the operator does not start."""
+    for variable in ("AGENT_FORGE_NAMESPACE", "AGENT_FORGE_CREDENTIAL_NAMESPACE"):
+        monkeypatch.delenv(variable, raising=False)
+    assert main(["run"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("agentforge run: error: --credential-namespace is required")
+    assert "Traceback" not in err
+    everything = _load([])
+    assert everything.secret_namespaces == frozenset()
+    with pytest.raises(settings.SettingsError) as refused:
+        settings.require_secret_namespaces(everything)
+    message = str(refused.value)
+    assert "--credential-namespace is required" in message
+    assert "agent-forge-credentials-reader" in message
+    assert "AGENT_FORGE_CREDENTIAL_NAMESPACE" in message
+    with pytest.raises(settings.SettingsError, match="not a namespace name"):
+        _load(["--credential-namespace", "Tenant_A"])

@@ -42,6 +42,7 @@ class InfraEvent(StrEnum):
 
     CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
     CREDENTIALS_NOT_SHARED = "CredentialsNotShared"
+    CREDENTIALS_NAMESPACE_NOT_ALLOWED = "CredentialsNamespaceNotAllowed"
     VSPHERE_UNAVAILABLE = "VsphereUnavailable"
     LOGIN_FAILED = "LoginFailed"
     LOGIN_DEFERRED = "LoginDeferred"

@@ -17,6 +17,11 @@ A missing key raises `deps.CredentialsError` naming the Secret, the key and the 
 server down): retry later, never conclude it is absent. Values never appear in
 messages, logs or `repr`.
 
+**Credentials namespaces.** The operator reads Secrets only in the namespaces of
+`--credential-namespace` (else those it watches), where its RBAC grants `get`; a pool
+naming a Secret elsewhere gets `CredentialsNamespaceNotAllowed` (`namespace_not_allowed`)
+without a read being tried.
+
 **The namespace boundary** (docs/design/0004-secret-access.md). A pool may use a
 Secret in its own namespace. A Secret in another namespace is used only when it
 exists and lists the pool's namespace in its annotation
@@ -35,7 +40,7 @@ import base64
 import binascii
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final
 
 from agentforge import vsphere
@@ -50,9 +55,11 @@ __all__ = [
     "KEY_PASSWORD",
     "KEY_SERVER",
     "KEY_USERNAME",
+    "CredentialsNamespaceNotAllowed",
     "CredentialsNotShared",
     "SecretUnreadable",
     "allowed_namespaces",
+    "namespace_not_allowed",
     "not_shared",
     "parse_credentials",
     "shared_with",
@@ -76,11 +83,16 @@ rbac.needs(
     kinds.SECRET,
     "get",
     why="read by name the vSphere credentials Secret each pool names (never list or watch)",
+    scope=rbac.Scope.CREDENTIALS,
 )
 
 
 class SecretUnreadable(CredentialsError):
     """The Secret could not be read (yet): nothing can be concluded about it; retry."""
+
+
+class CredentialsNamespaceNotAllowed(CredentialsError):
+    """A Secret in a namespace outside the operator's credentials namespaces: never read."""
 
 
 class CredentialsNotShared(CredentialsError):
@@ -115,6 +127,21 @@ def not_shared(*, pool_namespace: str, secret_namespace: str, name: str) -> Cred
         f"manages namespace {secret_namespace} must add {pool_namespace} to that annotation "
         f"(comma-separated namespace names), or use a Secret in namespace {pool_namespace} "
         "(credentialsSecretRef is immutable: in a new pool)"
+    )
+
+
+def namespace_not_allowed(
+    *, secret_namespace: str, name: str, allowed: Collection[str]
+) -> CredentialsNamespaceNotAllowed:
+    """The refusal of a Secret outside the credentials namespaces (decided before any read)."""
+    return CredentialsNamespaceNotAllowed(
+        f"credentials Secret {secret_namespace}/{name} (spec.vsphere.credentialsSecretRef) is in "
+        f"namespace {secret_namespace}, where the operator reads no Secrets: it reads vSphere "
+        f"credentials only in {', '.join(sorted(allowed))} (--credential-namespace). Use a "
+        "Secret in one of those (credentialsSecretRef is immutable: in a new pool), or the "
+        f"cluster administrator adds {secret_namespace} to --credential-namespace and binds the "
+        f"ClusterRole {names.CREDENTIALS_READER_ROLE} to the operator there "
+        "(docs/installation.md#credentials-namespaces)"
     )
 
 

@@ -32,7 +32,9 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
   Secret in another namespace that is not shared with the pool's namespace gives
   `CredentialsNotShared` with one text whatever the cause (`credentials.not_shared`);
   its event and log line are recorded when the condition first says so, not on each
-  reconcile, so not even their count follows that Secret's changes.
+  reconcile, so not even their count follows that Secret's changes. A Secret outside
+  the credentials namespaces (`--credential-namespace`) is never read:
+  `CredentialsNamespaceNotAllowed` names the namespaces and the fix.
 
 Status is written once per reconcile, only when it changed. Watches: pools (spec,
 force-refresh annotation, deletion), InfraEnvs (-> pools naming them), and changes
@@ -60,7 +62,11 @@ from agentforge.reconcilers.common.deps import CredentialsError, Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import infra_iso
 from agentforge.reconcilers.infra import preflight as gate
-from agentforge.reconcilers.infra.credentials import CredentialsNotShared, SecretUnreadable
+from agentforge.reconcilers.infra.credentials import (
+    CredentialsNamespaceNotAllowed,
+    CredentialsNotShared,
+    SecretUnreadable,
+)
 from agentforge.reconcilers.waits.login_waits import LoginWaits
 
 __all__ = ["CONTROLLER_NAME", "InfraReconciler", "controller"]
@@ -172,6 +178,13 @@ class InfraReconciler:
         self, pool: VsphereAgentPool, exc: CredentialsError, *, outcome: infra_iso.Outcome
     ) -> None:
         message = str(exc)
+        if isinstance(exc, CredentialsNamespaceNotAllowed):
+            reason = PoolReason.CREDENTIALS_NAMESPACE_NOT_ALLOWED
+            outcome.condition(
+                PoolConditionType.VSPHERE_READY, ok=False, reason=reason, message=message
+            )
+            outcome.event(EventType.WARNING, InfraEvent.CREDENTIALS_NAMESPACE_NOT_ALLOWED, message)
+            return
         if not isinstance(exc, CredentialsNotShared):
             reason, event = PoolReason.CREDENTIALS_UNAVAILABLE, InfraEvent.CREDENTIALS_UNAVAILABLE
             outcome.condition(

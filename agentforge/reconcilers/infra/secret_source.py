@@ -27,8 +27,9 @@ Which Secrets are "in use" is the owner's call (`set_in_use`, from the infra
 controller's pools-by-Secret index): a Secret no pool names any longer is dropped
 when its copy comes due instead of being read again.
 
-`get` enforces the namespace boundary of `credentials` (a Secret in another
-namespace only when shared), so every controller that reaches vCenter obeys it.
+`get` enforces the credentials namespaces (`namespaces`: a Secret elsewhere is refused
+unread) and the namespace boundary of `credentials` (a Secret in another namespace
+only when shared), so every controller that reaches vCenter obeys both.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -114,12 +115,16 @@ class SecretCredentials:
         self,
         *,
         client: SecretGetter,
+        namespaces: Collection[str] | None = None,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`namespaces`: the only ones whose Secrets are read (`--credential-namespace`);
+        None reads any the RBAC allows (tests of the reading alone)."""
         if refresh_interval <= 0:
             raise ValueError("refresh_interval must be positive")
         self._client = client
+        self._namespaces = None if namespaces is None else frozenset(namespaces)
         self.refresh_interval = refresh_interval
         self._clock = clock
         self._entries: dict[Key, _Entry] = {}
@@ -144,7 +149,13 @@ class SecretCredentials:
         Raises `credentials.CredentialsNotShared` for a Secret in another namespace that
         is missing, unreadable, not shared with `for_namespace` or incomplete (one text
         for all), `SecretUnreadable` when the pool's own Secret could not be read,
-        `CredentialsError` when it is missing or a key is wrong."""
+        `CredentialsError` when it is missing or a key is wrong;
+        `credentials.CredentialsNamespaceNotAllowed`, without a read, for a Secret outside
+        the credentials namespaces."""
+        if self._namespaces is not None and namespace not in self._namespaces:
+            raise rules.namespace_not_allowed(
+                secret_namespace=namespace, name=name, allowed=self._namespaces
+            )
         key = (namespace, name)
         entry = self._entries.get(key)
         if entry is None:

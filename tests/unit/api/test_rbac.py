@@ -113,3 +113,61 @@ def test_a_need_without_verbs_or_reason_is_refused() -> None:
         registry.needs(kinds.AGENT, "escalate", why="no")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="why"):
         registry.needs(kinds.AGENT, "get", why=" ")
+
+
+def test_secrets_go_to_the_credentials_reader_which_no_file_binds_cluster_wide() -> None:
+    registry = rbac.Registry()
+    registry.needs(kinds.EVENT, "create", why="events")
+    registry.needs(kinds.SECRET, "get", scope=rbac.Scope.CREDENTIALS, why="credentials")
+    rendered = rbac.render(registry)
+    assert registry.rules(rbac.Scope.CLUSTER) == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+    ]
+    comments, reader = rendered["credentials_reader_role.yaml"]
+    assert reader["kind"] == "ClusterRole"
+    assert reader["metadata"] == {"name": names.CREDENTIALS_READER_ROLE}
+    assert reader["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    assert "core/secrets [get]: credentials" in comments
+    bound = {
+        obj["roleRef"]["name"] for _, obj in rendered.values() if obj["kind"].endswith("Binding")
+    }
+    assert names.CREDENTIALS_READER_ROLE not in bound
+
+
+def test_the_application_reads_secrets_only_through_the_credentials_scope() -> None:
+    import agentforge.app  # noqa: F401, PLC0415 - its modules declare their needs on import
+
+    secrets = [n for n in rbac.REGISTRY.declared if n.resource == kinds.SECRET.plural]
+    assert secrets
+    assert {(n.scope, n.verbs) for n in secrets} == {(rbac.Scope.CREDENTIALS, frozenset({"get"}))}
+
+
+def test_a_credentials_binding_grants_the_reader_in_its_namespace_to_the_operator() -> None:
+    binding = rbac.credentials_binding("tenant-a", operator_namespace="platform")
+    assert binding["kind"] == "RoleBinding"
+    assert binding["metadata"] == {"name": names.CREDENTIALS_READER_ROLE, "namespace": "tenant-a"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": names.CREDENTIALS_READER_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": names.SERVICE_ACCOUNT, "namespace": "platform"}
+    ]
+
+
+def test_tenant_roles_aggregate_to_edit_and_view_without_any_status_subresource() -> None:
+    rendered = rbac.render(rbac.Registry())
+    editor = rendered["pool_editor_role.yaml"][1]
+    viewer = rendered["pool_viewer_role.yaml"][1]
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert editor["metadata"]["name"] == names.POOL_EDITOR_ROLE
+    assert editor["metadata"]["labels"] == {f"{aggregate}edit": "true", f"{aggregate}admin": "true"}
+    assert viewer["metadata"]["name"] == names.POOL_VIEWER_ROLE
+    assert viewer["metadata"]["labels"] == {f"{aggregate}view": "true"}
+    for role in (editor, viewer):
+        (rule,) = role["rules"]
+        assert rule["apiGroups"] == [names.GROUP]
+        assert rule["resources"] == ["vsphereagentpools", "vsphereagents"]
+    assert "create" in editor["rules"][0]["verbs"]
+    assert viewer["rules"][0]["verbs"] == ["get", "list", "watch"]

@@ -20,6 +20,7 @@ from agentforge.api import kinds, names
 from agentforge.kube import errors
 from agentforge.reconcilers.common.deps import CredentialsError
 from agentforge.reconcilers.infra.credentials import (
+    CredentialsNamespaceNotAllowed,
     CredentialsNotShared,
     SecretUnreadable,
     allowed_namespaces,
@@ -201,6 +202,30 @@ async def test_the_own_namespace_is_unchanged_missing_unreadable_and_keys_are_sp
         found = await creds.get(namespace="demo", name="vc", for_namespace="demo")
     assert found.password == "pw"
     assert "pw" not in repr(found)
+
+
+async def test_a_secret_outside_the_credentials_namespaces_is_refused_without_a_read() -> None:
+    """`--credential-namespace`: the operator does not even try a Secret elsewhere (its
+    RBAC would refuse it there; asking would only leak whether the name exists)."""
+    api = FakeSecrets()
+    api.objects["clusters-x", "admin-kubeconfig"] = secret(allowed="tenant-a")
+    api.objects["tenant-a", "vc"] = secret()
+    creds = SecretCredentials(client=api, namespaces=["tenant-a", "shared-creds"])
+    try:
+        with pytest.raises(CredentialsNamespaceNotAllowed) as caught:
+            await creds.get(
+                namespace="clusters-x", name="admin-kubeconfig", for_namespace="tenant-a"
+            )
+        assert api.gets == []
+        found = await creds.get(namespace="tenant-a", name="vc", for_namespace="tenant-a")
+    finally:
+        await creds.close()
+    assert found.password == "pw"
+    assert api.gets == [("tenant-a", "vc")]
+    message = str(caught.value)
+    assert "clusters-x/admin-kubeconfig" in message
+    assert "only in shared-creds, tenant-a (--credential-namespace)" in message
+    assert names.CREDENTIALS_READER_ROLE in message
 
 
 # --- the copy's age ----------------------------------------------------------------------
