@@ -211,9 +211,10 @@ def _split_userinfo(rest: str) -> tuple[str | None, str]:
     """`(user info, the rest)` of what follows `//`. User info ends at the last `@`
     that a host name follows, even past a `/`, `?` or `#` (an unescaped password holding
     one): read so, a password never shows as a path, at the price of a URL with a
-    host-like `@name` in its path showing its user info part redacted."""
-    for at in range(len(rest) - 1, -1, -1):
-        if rest[at] == "@" and _HOST_AFTER_AT.match(rest, at + 1):
+    host-like `@name` in its path or query showing all before it redacted."""
+    at = len(rest)
+    while (at := rest.rfind("@", 0, at)) >= 0:
+        if _HOST_AFTER_AT.match(rest, at + 1):
             return rest[:at], rest[at + 1 :]
     netloc = re.match(r"[^/\\?#]*", rest)
     assert netloc is not None  # matches the empty string at least
@@ -373,12 +374,13 @@ def redact(text: str) -> str:
         text = _PEM_KEY.sub(rf"\1{REDACTED}\3", text)
     if "eyJ" in text or "sha256~" in text:
         text = _TOKEN_ANYWHERE.sub(REDACTED, text)
+    # Token paths before URLs: a token may look like a URL and hide the one after it.
+    if "byapikey" in low or "bytoken" in low or "%" in text:  # else there is none
+        text = _TOKEN_PATH.sub(_token_path, text)
     if ":/" in text or ":\\" in text:
         text = _URL_IN_TEXT.sub(_url_in_text, text)
-    if "/" in text or "\\" in text:
-        text = _TOKEN_PATH.sub(_token_path, text)
-        if "?" in text or "#" in text or ";" in text:
-            text = _RELATIVE_REF.sub(_url_in_text, text)
+    if ("/" in text or "\\" in text) and ("?" in text or "#" in text or ";" in text):
+        text = _RELATIVE_REF.sub(_url_in_text, text)
     if any(hint in low for hint in _HEADER_HINTS):
         text = _HEADER.sub(_header, text)
     if "cookie" in low:
