@@ -201,7 +201,7 @@ class Session:
         try:
             await loop.run_in_executor(self._executor, self._connect_blocking)
         except Exception as exc:  # noqa: BLE001 - classified and re-raised
-            raise faults.classify(exc, subject=f"vCenter {self.key}", action="connect to") from None
+            raise faults.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
         return getattr(getattr(self._content, "about", None), "instanceUuid", None) or None
 
     async def login(self) -> None:
