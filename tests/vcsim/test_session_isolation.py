@@ -181,7 +181,7 @@ async def test_one_account_spelled_many_ways_at_a_name_and_its_address_gets_one_
                 right, server=server, username=username, password=f"wrong-{n}"
             )
             with pytest.raises(SessionUnavailable) as info:
-                await registry.session(wrong)
+                await registry.session(wrong, wait=WAIT_FOR_LOGIN)
             outcomes.append(type(info.value))
     finally:
         await registry.close()
