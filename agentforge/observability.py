@@ -6,7 +6,7 @@
   or API key, a JWT) that reaches a log message, an `extra` value or a traceback is
   replaced by `[REDACTED]`, and the formatted line is redacted once more (nested
   extras); credentials never leave the process through the logs, whoever logged
-  them. The rules, exact both ways (ordinary words are never redacted), are
+  them. The rules (docs/security.md#what-is-redacted) are
   `agentforge.redaction`'s; `redact` and `REDACTED` are re-exported here.
 * Metrics: Prometheus' default registry, so metrics declared at module level by
   the runtime (work queues, leader election) are served without wiring.

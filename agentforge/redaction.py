@@ -1,40 +1,52 @@
 """Credentials out of everything the operator shows: URLs, status, conditions, events, logs.
 
-Two functions share one set of rules:
+Two functions share one set of rules (docs/security.md#what-is-redacted lists them for
+admins); every sink calls them: `api.conditions` (condition messages), `kube.events`
+(Event messages), `observability` (every log record and formatted line), the URL
+fields of status (`redact_url`), `check` (its report). Metric labels carry no free
+text (names, and a vCenter's `host:port` parsed without user info).
 
 * `redact_url(url)` is the shown form of one URL. It keeps the scheme, host, port,
   path and the query parameters that carry no secret, so an admin can still tell
   which image a pool caches, and replaces with `[REDACTED]`:
-  - the password of user info (`https://user:[REDACTED]@host`), and a user name
-    shaped like a token (`https://[REDACTED]@host`);
-  - the segment after a known token path (`/byapikey/<token>/`, `/bytoken/<token>/`,
-    the assisted-image-service forms) and any JWT-shaped or `sha256~` segment;
+  - the whole user info (`https://[REDACTED]@host`): a user name can be a token.
+    User info ends at the last `@` a host name follows, even past a `/`, `?`, `#`
+    or `\\` (an unescaped password holding one);
+  - the first segment after a token path segment (`/byapikey/<token>/`,
+    `/bytoken/<token>/`), however the name is spelled (any case, percent-encoded
+    letters, `;params`) and whatever separates them (`//`, `/./`, `\\`), and any
+    JWT-shaped or `sha256~` segment;
   - query (and fragment, and `;param`) values whose name says credential
     (`SECRET_QUERY_NAMES`; names ending in `token`, `secret`, `password`, `apikey`,
     `_key`, `_signature`, `_sig`, `_credential`, camelCase read as snake_case; every
-    `X-Amz-*` / `X-Goog-*` parameter of a pre-signed URL), and any value shaped like
-    a JWT or a long random token whatever its name (`long_random`).
-  Example: `https://images.example/byapikey/[REDACTED]/4.14/x86_64/minimal.iso`,
+    `X-Amz-*` / `X-Goog-*` parameter of a pre-signed URL), parameters separated by
+    `&` or `;`, and any value shaped like a JWT or a long random token whatever its
+    name (`long_random`).
+  `\\` separates like `/` (as browsers read it). Example:
+  `https://images.example/byapikey/[REDACTED]/4.14/x86_64/minimal.iso`,
   `https://images.example/images/3f9a...?api_key=[REDACTED]&arch=x86_64&version=4.14`.
   Everything else is kept verbatim (no re-encoding), so the same URL always shows
   the same way and two different images show differently.
 * `redact(text)` is for free text (log lines, condition and event messages,
-  tracebacks). It rewrites every URL in the text with `redact_url` and replaces
-  the values of credentials: `Authorization`/`Cookie`/session headers, `Bearer` and
-  `Basic` credentials, a value after a secret *name* and `=` or `:` (`password=..`,
-  `"password": ".."`, `client_secret: ..`, `DB_PASSWORD=..`, `apiKey=..`,
-  `--token=..`), and JWTs, `sha256~` tokens and PEM private keys anywhere.
+  tracebacks). It rewrites every URL in the text with `redact_url` (a relative
+  reference too: `Location: /byapikey/<token>/`, `/i.iso?api_key=<token>`) and
+  replaces the values of credentials: `Authorization`/`Cookie`/session headers,
+  `Bearer` and `Basic` credentials, a value after a secret *name* and `=` or `:`
+  (`password=..`, `"password": ".."`, `client_secret: ..`, `DB_PASSWORD=..`,
+  `apiKey=..`, `--token=..`, `pwd=..`, `--from-literal=password=..`), the content of
+  an XML element so named (`<password>..</password>`), and JWTs, `sha256~` tokens
+  and PEM private keys anywhere.
 
-What is a secret is decided by position or by shape, never by a word alone, so
-ordinary text survives unchanged: `no ISO is cached yet`, `object demo/db-token:
-not found`, `Secret demo/vsphere-credentials: key 'password' missing` (the key's
-*name* is no secret), `token bucket`, `credentials Secret demo/x`. The rules that
-keep it so:
+Where a rule cannot tell a credential from a word it redacts: the word after
+`password:` or `secret:` goes whatever it is (`secret: not found` shows as
+`secret: [REDACTED] found`). What keeps ordinary text unchanged is the *name* rule:
 - a secret name counts only as a whole identifier of letters, digits and `_`
-  (`db_password`, `clientSecret`) that does not continue a path, a URL, an object
-  name or another word: Kubernetes object names are lowercase words joined by `-`
-  and `.`, never by `_`, so `demo/db-token:` and `vsphere-credentials:` are names,
-  not keys. Hyphenated names count only as the known headers (`X-Auth-Token`...).
+  (`db_password`, `clientSecret`) followed by `=` or `:`, that does not continue a
+  path, a URL, an object name or another word: Kubernetes object names are
+  lowercase words joined by `-` and `.`, never by `_`, so `demo/db-token:` and
+  `vsphere-credentials:` are names, not keys. Hyphenated names count only as the
+  known headers (`X-Auth-Token`...). A key *name* alone (`key 'password' missing`)
+  is no value;
 - `credentials` is not a secret name (its value is a reference or a structure);
 - after `Bearer`/`Basic` only a value that is not a plain word is a credential
   (`bearer token` stays);
@@ -121,11 +133,33 @@ def long_random(value: str) -> bool:
 
 # --- URLs ----------------------------------------------------------------------------------
 
-# RFC 3986 appendix B: splits any string, never fails, keeps every character.
+# RFC 3986 appendix B, with `\\` read as `/` (as browsers and many clients do): splits
+# any string, never fails, keeps every character.
 _URL_PARTS = re.compile(
-    r"^(?:(?P<scheme>[^:/?#]+):)?(?://(?P<netloc>[^/?#]*))?(?P<path>[^?#]*)"
-    r"(?:\?(?P<query>[^#]*))?(?:#(?P<fragment>.*))?$",
+    r"^(?:(?P<scheme>[^:/\\?#]+):)?(?:(?P<slashes>[/\\]{2})(?P<netloc>[^/\\?#]*))?"
+    r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?(?:#(?P<fragment>.*))?$",
     re.DOTALL,
+)
+# What may follow the `@` that ends user info: a host and port, then the path.
+_HOST_AFTER_AT = re.compile(r"(?:\[[0-9A-Za-z:.%]*\]|[A-Za-z0-9._~%-]+)(?::[0-9]*)?(?=[/\\?#]|$)")
+
+
+def _path_name(*segments: str) -> str:
+    """`(?:b|%62|%42)(?:y|%79|%59)...`: a path segment however its letters are spelled."""
+    spelled = [
+        "".join(f"(?:{re.escape(c)}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in name)
+        for name in segments
+    ]
+    return "|".join(sorted(spelled))
+
+
+# `/byapikey/<token>`, also `/%62yapikey/`, `/byapikey;v=1/`, `/byapikey//`, `\\byapikey\\`,
+# `/byapikey/./`: the first segment after a token path segment, anywhere (relative
+# references in free text too).
+_TOKEN_PATH = re.compile(
+    rf"(?i)(?<![A-Za-z0-9%])(?P<name>{_path_name(*TOKEN_PATH_SEGMENTS)})"
+    r"(?P<params>;[^/\\\s]*)?(?P<gap>[/\\](?:[/\\]|\.(?=[/\\]))*+)"
+    r"(?P<value>(?!\[REDACTED\])[^/\\\s?#\"'<>`]+)"
 )
 
 
@@ -138,67 +172,85 @@ def _secret_param(name: str) -> bool:
     )
 
 
-def _params(text: str, sep: str) -> str:
-    """`a=1&api_key=x&<token>` with secret values replaced, everything else verbatim."""
+_PARAM_SEPARATOR = re.compile(r"([&;])")
+
+
+def _params(text: str) -> str:
+    """`a=1&api_key=x;<token>` with secret values replaced, everything else verbatim
+    (`&` and `;` both separate parameters)."""
     shown = []
-    for part in text.split(sep):
+    for part in _PARAM_SEPARATOR.split(text):
         name, eq, value = part.partition("=")
-        if not eq:
+        if part in ("&", ";"):
+            shown.append(part)
+        elif not eq:
             shown.append(REDACTED if long_random(unquote(name)) else part)
         elif value and value != REDACTED and (_secret_param(name) or long_random(unquote(value))):
             shown.append(f"{name}={REDACTED}")
         else:
             shown.append(part)
-    return sep.join(shown)
+    return "".join(shown)
 
 
 def _segment(segment: str) -> str:
     name, semi, params = segment.partition(";")
     shown = REDACTED if _TOKEN_EXACT.fullmatch(name) else name
-    return f"{shown};{_params(params, ';')}" if semi else shown
+    return f"{shown};{_params(params)}" if semi else shown
+
+
+def _token_path(match: re.Match[str]) -> str:
+    return f"{match['name']}{match['params'] or ''}{match['gap']}{REDACTED}"
 
 
 def _path(path: str) -> str:
-    segments = path.split("/")
-    shown = []
-    after_token_path = False
-    for segment in segments:
-        if after_token_path and segment:
-            shown.append(REDACTED)
-        else:
-            shown.append(_segment(segment))
-        after_token_path = segment.lower() in TOKEN_PATH_SEGMENTS
-    return "/".join(shown)
+    path = _TOKEN_PATH.sub(_token_path, path)
+    return "".join(_segment(part) for part in re.split(r"([/\\])", path))
 
 
-def _netloc(netloc: str) -> str:
-    userinfo, at, host = netloc.rpartition("@")
-    if not at:
-        return netloc
-    user, colon, password = userinfo.partition(":")
-    if colon:
-        return f"{user}:{REDACTED}@{host}" if password else f"{user}:@{host}"
-    return f"{REDACTED}@{host}" if long_random(unquote(user)) else netloc
+def _split_userinfo(rest: str) -> tuple[str | None, str]:
+    """`(user info, the rest)` of what follows `//`. User info ends at the last `@`
+    that a host name follows, even past a `/`, `?` or `#` (an unescaped password holding
+    one): read so, a password never shows as a path, at the price of a URL with a
+    host-like `@name` in its path or query showing all before it redacted."""
+    at = len(rest)
+    while (at := rest.rfind("@", 0, at)) >= 0:
+        if _HOST_AFTER_AT.match(rest, at + 1):
+            return rest[:at], rest[at + 1 :]
+    netloc = re.match(r"[^/\\?#]*", rest)
+    assert netloc is not None  # matches the empty string at least
+    userinfo, at_sign, host = netloc.group(0).rpartition("@")
+    if at_sign:
+        return userinfo, host + rest[netloc.end() :]
+    return None, rest
 
 
 def redact_url(url: str) -> str:
     """The shown form of `url`: see the module doc for what is replaced."""
     parts = _URL_PARTS.match(url)
     assert parts is not None  # the pattern matches every string
+    if parts["slashes"] is not None:
+        start = parts.start("netloc")
+        userinfo, rest = _split_userinfo(url[start:])
+        if userinfo is not None:
+            return url[:start] + f"{REDACTED}@" + redact_url("//" + rest)[2:]
     shown = f"{parts['scheme']}:" if parts["scheme"] is not None else ""
-    if parts["netloc"] is not None:
-        shown += "//" + _netloc(parts["netloc"])
+    if parts["slashes"] is not None:
+        shown += parts["slashes"] + parts["netloc"]
     shown += _path(parts["path"])
     if parts["query"] is not None:
-        shown += "?" + _params(parts["query"], "&")
+        shown += "?" + _params(parts["query"])
     if parts["fragment"] is not None:
-        shown += "#" + _params(parts["fragment"], "&")
+        shown += "#" + _params(parts["fragment"])
     return shown
 
 
 # --- free text --------------------------------------------------------------------------
 
-_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>`\\]+")
+# A URL runs to white space, a quote or an angle bracket; a backslash belongs to it
+# unless it escapes a quote (JSON text).
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*:[/\\]{2}(?:[^\s\"'<>`\\]|\\(?![\"']))+")
+# A relative reference with a query, fragment or parameters (`Location: /i.iso?api_key=x`).
+_RELATIVE_REF = re.compile(r"(?<![\w.~%:/\\-])[/\\][^\s\"'<>`]*[?#;][^\s\"'<>`]*")
 _TRAILING = ".,;:!?'\""
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 
@@ -222,19 +274,24 @@ _COOKIE = re.compile(
 )
 
 _SECRET_WORDS = (
-    "password|passwd|passphrase|secret|token",
+    "password|passwd|passphrase|pwd|secret|token",
     "api_?key|private_?key|soap_session|session_?id",
 )
 _SECRET_WORD = f"(?:{'|'.join(_SECRET_WORDS)})"
 # A secret name as a whole identifier that continues no path, URL, object name or word.
 _KEY_VALUE = re.compile(
-    rf"(?i)(?<![\w./@:=~+-])(?P<name>-{{0,2}}[A-Za-z0-9_]*?{_SECRET_WORD})(?![\w.-])"
+    rf"(?i)(?<![\w./@:~+-])(?P<name>-{{0,2}}[A-Za-z0-9_]*?{_SECRET_WORD})(?![\w.-])"
     r"(?P<sep>[\"']?\s*[:=]\s*)"
     r"(?P<value>(?!\[REDACTED\])(?:"
     r"\\\"(?:(?!\\\").)*\\\""  # a JSON-escaped quoted value: \"...\"
     r"|\"(?:[^\"\\]|\\.)*\""
     r"|'(?:[^'\\]|\\.)*'"
     r"|\S+))"  # unquoted: up to white space (closing punctuation is given back)
+)
+# `<password>x</password>`, `<ns:clientSecret>x</ns:clientSecret>`
+_XML_ELEMENT = re.compile(
+    rf"(?i)<(?P<tag>(?:[\w.-]+:)?[A-Za-z0-9_]*?{_SECRET_WORD})(?P<attrs>\s[^<>]*)?>"
+    r"(?P<value>[^<]*)</(?P=tag)\s*>"
 )
 _CLOSING = ",;.)]}\"'\\"
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/-]+=*)")
@@ -289,6 +346,14 @@ def _key_value(match: re.Match[str]) -> str:
     return f"{match['name']}{match['sep']}{shown}{tail}"
 
 
+def _xml_element(match: re.Match[str]) -> str:
+    value = match["value"]
+    if _PLACEHOLDER.fullmatch(value.strip()) or value == REDACTED:
+        return match.group(0)
+    tag = match["tag"]
+    return f"<{tag}{match['attrs'] or ''}>{REDACTED}</{tag}>"
+
+
 def _bearer(match: re.Match[str]) -> str:
     value = match["value"]
     if _PLAIN_WORD.fullmatch(value):
@@ -309,14 +374,21 @@ def redact(text: str) -> str:
         text = _PEM_KEY.sub(rf"\1{REDACTED}\3", text)
     if "eyJ" in text or "sha256~" in text:
         text = _TOKEN_ANYWHERE.sub(REDACTED, text)
-    if "://" in text:
+    # Token paths before URLs: a token may look like a URL and hide the one after it.
+    if "byapikey" in low or "bytoken" in low or "%" in text:  # else there is none
+        text = _TOKEN_PATH.sub(_token_path, text)
+    if ":/" in text or ":\\" in text:
         text = _URL_IN_TEXT.sub(_url_in_text, text)
+    if ("/" in text or "\\" in text) and ("?" in text or "#" in text or ";" in text):
+        text = _RELATIVE_REF.sub(_url_in_text, text)
     if any(hint in low for hint in _HEADER_HINTS):
         text = _HEADER.sub(_header, text)
     if "cookie" in low:
         text = _COOKIE.sub(_cookie, text)
     if _KEY_HINT.search(low):
         text = _KEY_VALUE.sub(_key_value, text)
+    if "</" in text:
+        text = _XML_ELEMENT.sub(_xml_element, text)
     if "bearer" in low or "basic" in low:
         text = _BEARER.sub(_bearer, text)
     return text

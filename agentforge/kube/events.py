@@ -34,8 +34,8 @@ Promises:
 * **Never raises** into the caller: recording is best effort; failures are logged.
   (`asyncio.CancelledError` still propagates: cancellation is not a failure.)
 * **Plain text**: messages are cut to 1 KiB and pass the same redaction as log lines
-  (`agentforge.redaction.redact`: URL passwords and API keys, bearer tokens,
-  `password=`/`token:` values, JWTs), which leaves ordinary words alone.
+  (`agentforge.redaction.redact`: URL user info and API keys, bearer tokens,
+  `password=`/`token:` values, JWTs; docs/security.md#what-is-redacted).
 """
 
 from __future__ import annotations

@@ -13,13 +13,24 @@ once per process, so the key can be compared, hashed and kept in memory without
 holding anything a reader could reverse or try passwords against; `str()` and
 `repr()` show the user, the vCenter and an 8-hex-digit prefix of the digest at most.
 `AccountKey` (vCenter and user, whatever the password) is what vCenter's SSO lockout
-counts failed logins by.
+counts failed logins by, spelled as SSO resolves it: the user's account name
+case-folded with its domain dropped (`Administrator@vsphere.local`,
+`administrator@VSPHERE.LOCAL` and `VSPHERE.LOCAL\\administrator` are one account), and
+the vCenter's host case-folded, without a trailing dot, an IP address in its
+compressed form, the port always given (`vc.example`, `VC.example.:443` and
+`https://vc.example/sdk` are one vCenter). A name and its address are joined by the
+login guard once the vCenter has answered (`logins.LoginGuard.admit`: its instance
+UUID). Dropping the domain joins same-named users of two identity sources of one
+vCenter into one key too: their budgets are shared, which only ever allows fewer
+failed logins, never more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import ssl
 from dataclasses import dataclass, field
@@ -77,7 +88,7 @@ class Credentials:
 
     @property
     def account(self) -> AccountKey:
-        return AccountKey(netloc=self.netloc, username=self.username)
+        return AccountKey.of(self.netloc, self.username)
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client context: verified against the system store plus `ca_bundle_pem`."""
@@ -99,13 +110,39 @@ class Credentials:
 
 @dataclass(frozen=True, slots=True)
 class AccountKey:
-    """A user at a vCenter, whatever the password: what SSO counts failed logins by."""
+    """A user at a vCenter, whatever the password and however spelled: what SSO counts
+    failed logins by (the module doc says what is folded). `vcenter` is the canonical
+    `host:port`, or `instance:<uuid>` once the guard knows the vCenter behind it."""
 
-    netloc: str
-    username: str
+    vcenter: str
+    user: str
+
+    @classmethod
+    def of(cls, netloc: str, username: str) -> AccountKey:
+        return cls(vcenter=canonical_vcenter(netloc), user=account_name(username))
 
     def __str__(self) -> str:
-        return f"{self.username}@{self.netloc}"
+        return f"{self.user} at vCenter {self.vcenter}"
+
+
+def account_name(username: str) -> str:
+    """The account SSO resolves `username` to, without its domain, case-folded:
+    `DOMAIN\\user`, `user@domain` and `user` are all `user`."""
+    name = username.strip().rpartition("\\")[2]
+    local, at, _domain = name.rpartition("@")
+    return (local if at else name).strip().casefold()
+
+
+def canonical_vcenter(netloc: str) -> str:
+    """`host:port` as one vCenter is written however it was spelled: host case-folded,
+    no trailing dot, an IP address compressed (IPv6 bracketed), the port always given."""
+    host, _, port = netloc.strip().rpartition(":")
+    if not host or not port.isdigit():
+        host, port = netloc.strip(), "443"
+    host = host.strip("[]").rstrip(".").casefold()
+    with contextlib.suppress(ValueError):  # a name, not an address
+        host = ipaddress.ip_address(host).compressed
+    return f"[{host}]:{int(port)}" if ":" in host else f"{host}:{int(port)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +159,7 @@ class SessionKey:
 
     @property
     def account(self) -> AccountKey:
-        return AccountKey(netloc=self.netloc, username=self.username)
+        return AccountKey.of(self.netloc, self.username)
 
     @property
     def tag(self) -> str:

@@ -12,9 +12,16 @@ that; it does no I/O and reads time only through the clocks it is given.
   credentials shares the state: whoever asks meanwhile gets the same `LoginFailed`
   (same message, naming the time of the next attempt). Changed credentials (a
   rotated Secret) are another key with a fresh state, tried at once.
-* **Per account** (vCenter + user, any password): at most `max_failed_logins`
-  (default 2) failed logins per `window` (180 s). Logins in flight count as
-  possible failures, so concurrent first logins with several passwords cannot
+* **Per account** (vCenter + user, any password, any spelling): at most
+  `max_failed_logins` (default 2) failed logins per `window` (180 s). The account
+  is the one SSO resolves (`credentials.AccountKey`: the user case-folded without
+  its domain, the host canonical), and once a vCenter has answered, its instance
+  UUID (`ServiceContent.about.instanceUuid`) stands for every host spelling that
+  reached it: a name, its address and a CNAME are one vCenter. The UUID is read
+  from the service content, which every login fetches before it sends credentials;
+  `admit` learns it there and only then lets the login send them, so even the first
+  login through a new spelling counts against the one budget. Logins in flight count
+  as possible failures, so concurrent first logins with several passwords cannot
   overshoot. Past the budget, logins of that account are `LoginDeferred` until the
   oldest failure leaves the window. Two failures in 180 s stay below SSO's five even
   when a new leader (which starts with empty bookkeeping) adds its own two.
@@ -73,7 +80,6 @@ class _Refused:
 @dataclass(slots=True)
 class _Account:
     failures: collections.deque[tuple[float, datetime]] = field(default_factory=collections.deque)
-    in_flight: int = 0
 
 
 @dataclass(slots=True)
@@ -105,7 +111,15 @@ class LoginGuard:
         self._wall = wall
         self._refused: dict[SessionKey, _Refused] = {}
         self._accounts: dict[AccountKey, _Account] = {}
+        self._in_flight: dict[SessionKey, bool] = {}  # key -> admitted (sends credentials)
+        self._instances: dict[str, str] = {}  # canonical host:port -> "instance:<uuid>"
         self._breakers: dict[str, _Breaker] = {}
+
+    def account(self, key: SessionKey) -> AccountKey:
+        """The account `key` logs in as, its vCenter by instance UUID once known."""
+        spelled = key.account
+        instance = self._instances.get(spelled.vcenter)
+        return spelled if instance is None else AccountKey(vcenter=instance, user=spelled.user)
 
     # --- before a login ------------------------------------------------------------
 
@@ -119,14 +133,14 @@ class LoginGuard:
         if refused is not None and self._clock() < refused.retry_at:
             raise refused.error.again()
         self.check_reachable(key.netloc)
-        account = self._account(key.account)
+        account = self._account(self.account(key))
         if len(account.failures) >= self.policy.max_failed_logins:
             raise self._deferred(key, account)
 
     def budget_busy(self, key: SessionKey) -> bool:
         """True while failures plus logins in flight use the account's whole budget."""
-        account = self._account(key.account)
-        return len(account.failures) + account.in_flight >= self.policy.max_failed_logins
+        failures = len(self._account(self.account(key)).failures)
+        return failures + len(self._flying(key)) >= self.policy.max_failed_logins
 
     def check_reachable(self, netloc: str) -> None:
         breaker = self._breakers.get(netloc)
@@ -134,7 +148,24 @@ class LoginGuard:
             raise breaker.error.again()
 
     def started(self, key: SessionKey) -> None:
-        self._account(key.account).in_flight += 1
+        self._in_flight[key] = False
+
+    def admit(self, key: SessionKey, instance_uuid: str | None) -> set[SessionKey]:
+        """The vCenter answered `key`'s login with its service content: may the login
+        send its credentials now? Learns `instance_uuid` as the vCenter behind the key's
+        host (joining its budget with every other spelling of that vCenter); raises
+        `LoginDeferred` when the joined budget is used up, returns the other admitted
+        logins of the account to wait for when they would use it up (empty: admitted)."""
+        if instance_uuid:
+            self._learn(key.account.vcenter, f"instance:{instance_uuid.strip().casefold()}")
+        account = self._account(self.account(key))
+        if len(account.failures) >= self.policy.max_failed_logins:
+            raise self._deferred(key, account)
+        others = {k for k in self._flying(key) if k != key and self._in_flight[k]}
+        if len(account.failures) + len(others) >= self.policy.max_failed_logins:
+            return others
+        self._in_flight[key] = True
+        return set()
 
     # --- after a login -------------------------------------------------------------
 
@@ -153,7 +184,7 @@ class LoginGuard:
         previous = self._refused.get(key)
         failures = previous.failures + 1 if previous is not None else 1
         if isinstance(err, errors.PermissionDenied) and err.fault == "InvalidLogin":
-            self._account(key.account).failures.append((now, wall))
+            self._account(self.account(key)).failures.append((now, wall))
             delay = backoff(self.policy.backoff_seconds, self.policy.backoff_max_seconds, failures)
             retry_wall = wall + timedelta(seconds=delay)
             made: errors.SessionUnavailable = errors.LoginFailed(
@@ -220,8 +251,23 @@ class LoginGuard:
         return state
 
     def _release(self, key: SessionKey) -> None:
-        account = self._account(key.account)
-        account.in_flight = max(0, account.in_flight - 1)
+        self._in_flight.pop(key, None)
+
+    def _flying(self, key: SessionKey) -> list[SessionKey]:
+        """The logins in flight of `key`'s account (any spelling, any password)."""
+        account = self.account(key)
+        return [k for k in self._in_flight if self.account(k) == account]
+
+    def _learn(self, vcenter: str, instance: str) -> None:
+        """`vcenter` (a canonical host:port) is the vCenter `instance`: its accounts'
+        failures count for that instance from now on, with every other spelling's."""
+        if self._instances.get(vcenter) == instance:
+            return
+        self._instances[vcenter] = instance
+        for spelled in [a for a in self._accounts if a.vcenter == vcenter]:
+            moved = self._accounts.pop(spelled).failures
+            joined = self._accounts.setdefault(AccountKey(instance, spelled.user), _Account())
+            joined.failures = collections.deque(sorted([*joined.failures, *moved]))
 
     def _deferred(self, key: SessionKey, account: _Account) -> errors.LoginDeferred:
         _, first_wall = account.failures[0]
@@ -229,8 +275,9 @@ class LoginGuard:
         retry_wall = first_wall + timedelta(seconds=window)
         return errors.LoginDeferred(
             f"not logging in to vCenter {key.netloc} as {key.username} now: "
-            f"{len(account.failures)} failed login(s) for this account within the last "
-            f"{window:g}s, the most this operator allows (vCenter SSO locks an account "
+            f"{len(account.failures)} failed login(s) for this account (however spelled) "
+            f"within the last {window:g}s, the most this operator allows (vCenter SSO "
+            "locks an account "
             f"after 5 by default); the next attempt is not before {_utc(retry_wall)}",
             subject=f"vCenter {key.netloc}",
             fault="LoginDeferred",

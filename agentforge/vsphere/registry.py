@@ -18,6 +18,10 @@ Promises:
   `LoginGuard` first (per-credential backoff after `InvalidLogin`, a budget of
   failed logins per account and window, a per-vCenter circuit breaker): while it
   says no, callers get its `SessionUnavailable` at once and vCenter sees nothing.
+  A login sends its credentials only once the guard admits it with the vCenter's
+  instance UUID (read from the service content first), which joins every spelling
+  of one vCenter into one budget; it waits for other logins of the joined account
+  if they would use the budget up.
 - **Tasks nobody waits for.** One `TaskSlots` per vCenter caps our tasks in flight
   there (`SessionOptions.max_tasks_in_flight`) and shares the slots fairly between
   groups; `claim_task_slot` returns a slot or raises `errors.TaskSlotPending` at
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 
 from agentforge.ratelimit import TokenBucket
 from agentforge.vsphere import faults
-from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
+from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import Session, SessionOptions
@@ -100,7 +104,7 @@ class SessionRegistry:
         self._sessions: dict[SessionKey, Session] = {}
         self._logins: dict[SessionKey, _Login] = {}
         self._buckets: dict[str, TokenBucket] = {}
-        self._blocked: dict[AccountKey, set[SessionKey]] = {}
+        self._blocked: set[SessionKey] = set()  # waiting for another login of their account
         self._listeners: list[Listener] = []
         self._slots: dict[str, TaskSlots] = {}
         self._task_listeners: list[TaskListener] = []
@@ -219,7 +223,7 @@ class SessionRegistry:
     def _begin(self, key: SessionKey, credentials: Credentials, session: Session | None) -> _Login:
         self.guard.check(key)  # raises while backoff, breaker or budget says no
         if self.guard.budget_busy(key):
-            self._blocked.setdefault(key.account, set()).add(key)
+            self._blocked.add(key)
             raise errors.LoginPending(
                 f"logging in to vCenter {key.netloc} as {key.username} waits for other logins "
                 "of that account to end (at most "
@@ -249,11 +253,15 @@ class SessionRegistry:
         outcome: Outcome
         try:
             async with asyncio.timeout(timeout):
+                await self._admit(key, await session.connect())
                 await session.login()
         except asyncio.CancelledError:
             self.guard.abandoned(key)
             self._logins.pop(key, None)
             raise
+        except errors.LoginDeferred as exc:  # the joined budget is used up: nothing was sent
+            self.guard.abandoned(key)
+            outcome = exc
         except TimeoutError:
             outcome = self.guard.failed(
                 key,
@@ -281,6 +289,14 @@ class SessionRegistry:
                 await session.close()
         self._notify(key, outcome if isinstance(outcome, errors.SessionUnavailable) else None)
         return outcome
+
+    async def _admit(self, key: SessionKey, instance_uuid: str | None) -> None:
+        """Wait until the guard lets the login send its credentials (`LoginGuard.admit`:
+        the vCenter's instance UUID may join this account with logins in flight)."""
+        while others := self.guard.admit(key, instance_uuid):
+            tasks = {login.task for other, login in self._logins.items() if other in others}
+            assert tasks, "every login the guard counts in flight has its task here"
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
 
     async def _await(self, login: _Login, wait: float | None) -> Session:
         limit = self.options.login_wait_seconds if wait is None else wait
@@ -345,8 +361,10 @@ class SessionRegistry:
                 log.exception("a vCenter task listener failed")
 
     def _notify(self, key: SessionKey, failure: errors.SessionUnavailable | None) -> None:
-        told = [(key, failure)]
-        told += [(other, None) for other in self._blocked.pop(key.account, set()) if other != key]
+        account = self.guard.account(key)
+        woken = {other for other in self._blocked if self.guard.account(other) == account}
+        self._blocked -= woken
+        told = [(key, failure), *((other, None) for other in woken if other != key)]
         for listener in list(self._listeners):
             for each, why in told:
                 try:

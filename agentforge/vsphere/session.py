@@ -128,6 +128,7 @@ class Session:
         )
         self._si: Any = None
         self._content: Any = None
+        self._fresh_stub = False
         self._generation = 0
         self._expired_generation = -1
         self._logged_in = False
@@ -193,9 +194,19 @@ class Session:
 
     # --- lifecycle (driven by the registry) ------------------------------------------
 
+    async def connect(self) -> str | None:
+        """Open the connection and read the service content (no credentials sent; once
+        per session): the vCenter's instance UUID, for the login guard's budget."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._connect_blocking)
+        except Exception as exc:  # noqa: BLE001 - classified and re-raised
+            raise faults.classify(exc, subject=f"vCenter {self.key}", action="log in to") from None
+        return getattr(getattr(self._content, "about", None), "instanceUuid", None) or None
+
     async def login(self) -> None:
-        """Log in (again): a fresh vCenter session on this connection. Raises the
-        classified error; the registry bounds it and decides whether it may run."""
+        """Log in (again): a fresh vCenter session on this connection (`connect` first).
+        Raises the classified error; the registry bounds it and decides whether it may run."""
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._login_blocking)
@@ -333,7 +344,7 @@ class Session:
 
     # --- internals --------------------------------------------------------------
 
-    def _login_blocking(self) -> None:
+    def _connect_blocking(self) -> None:
         creds = self.credentials
         if self._si is None:
             stub = connection.open_stub(
@@ -346,9 +357,13 @@ class Session:
             )
             si = vim.ServiceInstance("ServiceInstance", stub)
             content = si.RetrieveContent()
-            self._si, self._content = si, content
-        else:
+            self._si, self._content, self._fresh_stub = si, content, True
+
+    def _login_blocking(self) -> None:
+        creds = self.credentials
+        if not self._fresh_stub:
             self._si._stub.cookie = ""  # start a fresh session, never resurrect the old one
+        self._fresh_stub = False
         self._content.sessionManager.Login(userName=creds.username, password=creds.password)
 
     def _busy(self) -> bool:

@@ -103,7 +103,7 @@ async def test_head_answer_reports_status_and_size(serve: Any) -> None:
     assert item.status is Status.PASS
     assert item.message == "HTTP 200, 3.0 MiB (3145728 bytes)"
     assert "SECRET-KEY" not in item.subject
-    shown = url.replace("user:pw@", "user:[REDACTED]@").replace("SECRET-KEY", "[REDACTED]")
+    shown = url.replace("user:pw@", "[REDACTED]@").replace("SECRET-KEY", "[REDACTED]")
     assert item.subject == f"ISO URL {shown}"
     assert [r.method for r in serve.seen] == ["HEAD"]
 
@@ -150,7 +150,7 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhYmMifQ.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
         ("https://h.example/i.iso", "https://h.example/i.iso"),
         (
             "https://u:p@h.example:8443/i.iso?api_key=k#f",
-            "https://u:[REDACTED]@h.example:8443/i.iso?api_key=[REDACTED]#f",
+            "https://[REDACTED]@h.example:8443/i.iso?api_key=[REDACTED]#f",
         ),
         ("http://[::1]:80/i.iso", "http://[::1]:80/i.iso"),
         (

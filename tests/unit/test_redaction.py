@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
@@ -70,7 +70,7 @@ TRICKY_NAMES = ("x", "db-token", "secret", "vsphere-credentials", "api-key", "pa
             f"https://images.example/images/{INFRA_ENV_ID}?image_token=[REDACTED]&version=4.14",
         ),
         (f"http://h:8080/x/{JWT}/i.iso", "http://h:8080/x/[REDACTED]/i.iso"),
-        ("https://u:p@h.example:8443/i.iso#f", "https://u:[REDACTED]@h.example:8443/i.iso#f"),
+        ("https://u:p@h.example:8443/i.iso#f", "https://[REDACTED]@h.example:8443/i.iso#f"),
         ("http://[::1]:80/i.iso?arch=x86_64", "http://[::1]:80/i.iso?arch=x86_64"),
         (
             "https://s3.example/b/o.iso?X-Amz-Credential=AKIA%2F1&X-Amz-Signature=0a1b&v=1",
@@ -95,13 +95,67 @@ TRICKY_NAMES = ("x", "db-token", "secret", "vsphere-credentials", "api-key", "pa
             "https://ghp_0123456789abcdefABCDEF0123456789abcd@git.example/r.git",
             "https://[REDACTED]@git.example/r.git",
         ),
-        ("https://git@git.example/r.git", "https://git@git.example/r.git"),
+        ("https://git@git.example/r.git", "https://[REDACTED]@git.example/r.git"),
         ("not a url at all", "not a url at all"),
     ],
 )
 def test_the_shown_url_keeps_host_and_path_and_hides_credentials(url: str, shown: str) -> None:
     assert redact_url(url) == shown
     assert redact_url(shown) == shown
+
+
+# The shapes a review found a short token surviving in, each with where it must go.
+SHORT = "T0k"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (f"https://h/byapikey//{SHORT}/x.iso", "https://h/byapikey//[REDACTED]/x.iso"),
+        (f"https://h/%62yapikey/{SHORT}/x.iso", "https://h/%62yapikey/[REDACTED]/x.iso"),
+        (f"https://h/BY%41PIKEY/{SHORT}/x.iso", "https://h/BY%41PIKEY/[REDACTED]/x.iso"),
+        (f"https://h/byapikey;v=1/{SHORT}/x.iso", "https://h/byapikey;v=1/[REDACTED]/x.iso"),
+        (f"https://h/byapikey/./{SHORT}/x.iso", "https://h/byapikey/./[REDACTED]/x.iso"),
+        (f"https://h/i.iso?a=x;api_key={SHORT}", "https://h/i.iso?a=x;api_key=[REDACTED]"),
+        (f"https://u:p/{SHORT}@h/i.iso", "https://[REDACTED]@h/i.iso"),
+        (f"https://u:p#{SHORT}@h/i.iso", "https://[REDACTED]@h/i.iso"),
+        (f"https://u:p?{SHORT}@h:8443/i.iso", "https://[REDACTED]@h:8443/i.iso"),
+        (f"https://{SHORT}@host/i.iso", "https://[REDACTED]@host/i.iso"),
+        (f"https://h\\byapikey\\{SHORT}\\x.iso", "https://h\\byapikey\\[REDACTED]\\x.iso"),
+        (f"https:\\\\h\\bytoken\\{SHORT}\\x.iso", "https:\\\\h\\bytoken\\[REDACTED]\\x.iso"),
+        (f"https://u:p\\{SHORT}@h/x.iso", "https://[REDACTED]@h/x.iso"),
+        (f"/byapikey/{SHORT}/x.iso", "/byapikey/[REDACTED]/x.iso"),
+    ],
+)
+def test_a_short_token_in_every_shape_found_is_redacted(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert redact(f"GET {url} failed") == f"GET {shown} failed"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (f"Location: /byapikey/{SHORT}/x.iso", "Location: /byapikey/[REDACTED]/x.iso"),
+        (f"<password>{SHORT}</password>", "<password>[REDACTED]</password>"),
+        (
+            f'<ns:Password a="1">{SHORT}</ns:Password>',
+            '<ns:Password a="1">[REDACTED]</ns:Password>',
+        ),
+        (f"pwd={SHORT} user=admin", "pwd=[REDACTED] user=admin"),
+        (
+            f"kubectl create secret generic c --from-literal=password={SHORT}",
+            "kubectl create secret generic c --from-literal=password=[REDACTED]",
+        ),
+        # a rule that must guess redacts: nothing tells "not" from a password
+        ("secret: not found", "secret: [REDACTED] found"),
+        ("password: hunter2", "password: [REDACTED]"),
+    ],
+)
+def test_a_credential_in_text_is_redacted_where_the_rule_must_guess_too(
+    text: str, shown: str
+) -> None:
+    assert redact(text) == shown
+    assert redact(shown) == shown
 
 
 def test_two_keys_show_alike_and_two_images_do_not() -> None:
@@ -397,12 +451,15 @@ FRAGMENTS = st.sampled_from(
         "Bearer ", "Basic ", "Authorization", "Cookie: ", "x=", "abc", "ABC123", "(", ")",
         ",", ".", "-", "--", "_", "DB_", "...", "<pw>", "-----BEGIN PRIVATE KEY-----",
         "-----END PRIVATE KEY-----", "%2F", "Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4MTIzNDU2",
+        "@", "\\byapikey\\", "%62yapikey/", "/./", "<password>", "</password>", "pwd=",
+        "https:\\\\", "Location: /", "--from-literal=password=",
     ]
 )  # fmt: skip
 
 
 @settings(max_examples=1000)
 @given(parts=st.lists(FRAGMENTS, max_size=14))
+@example(parts=["/byapikey/", "https://", "https://", "a:b@"])  # a token that looks like a URL
 def test_redaction_is_idempotent_on_credential_like_fragments(parts: list[str]) -> None:
     text = "".join(parts)
     once = redact(text)
@@ -434,3 +491,66 @@ def test_long_random_tells_tokens_from_ids_and_versions() -> None:
     assert not redaction.long_random(INFRA_ENV_ID)
     assert not redaction.long_random("4.14.0-0.nightly-2026-01-01-000000")
     assert not redaction.long_random("abcdefghijklmnopqrstuvwxyzabcdefgh")
+
+
+# --- a token at any credential position of a URL ---------------------------------------------
+# Every part but the token is lower case, so the token (an upper-case letter next to a digit)
+# can only be found in the output where it was put.
+
+LOWER = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=8)
+TOKEN = st.builds(
+    lambda head, upper, digit, tail: f"{head}{upper}{digit}{tail}",
+    st.text(string.ascii_letters + string.digits, max_size=6),
+    st.sampled_from(string.ascii_uppercase),
+    st.sampled_from(string.digits),
+    st.text(string.ascii_letters + string.digits + "-_~", max_size=12),
+)
+TOKEN_SEGMENT = st.sampled_from(["byapikey", "bytoken", "%62yapikey", "by%61pikey", "BYTOKEN"])
+SECRET_NAME = st.sampled_from(
+    ["api_key", "token", "image_token", "password", "access_token", "X-Amz-Signature", "sig"]
+)
+SEPARATOR = st.sampled_from(["/", "\\", "//", "/./", "\\\\"])
+
+
+@st.composite
+def urls_with_a_token(draw: st.DrawFn) -> tuple[str, str, str]:
+    """(URL, token, the URL's path-and-after part) with the token at one credential place."""
+    token = draw(TOKEN)
+    slot = draw(st.sampled_from(["user", "password", "path", "param", "query", "fragment"]))
+    scheme = draw(st.sampled_from(["http", "https"]))
+    slashes = draw(st.sampled_from(["//", "\\\\"]))
+    host = draw(DNS_LABEL) + draw(st.sampled_from(["", ":443", ":8443"]))
+    user = draw(DNS_LABEL)
+    userinfo = {
+        "user": f"{token}@",
+        "password": f"{user}:"
+        + draw(st.sampled_from(["{}", "p/{}", "{}#x", "p?{}", "a\\{}", "{}/b"])).format(token)
+        + "@",
+    }.get(slot, draw(st.sampled_from(["", f"{user}@", f"{user}:pw@"])))
+    segments = draw(st.lists(LOWER, max_size=3))
+    if slot == "path":
+        at = draw(st.integers(min_value=0, max_value=len(segments)))
+        name = draw(TOKEN_SEGMENT) + draw(st.sampled_from(["", ";v=1"]))
+        segments[at:at] = [name, token + draw(st.sampled_from(["", ";v=1"]))]
+    if slot == "param":
+        segments.append(f"a;{draw(st.sampled_from(['jsessionid', 'token']))}={token}")
+    path = "".join(draw(SEPARATOR) + s for s in [*segments, "i.iso"])
+    params = [f"{draw(LOWER)}={draw(LOWER)}" for _ in range(draw(st.integers(0, 2)))]
+    if slot == "query":
+        params.insert(draw(st.integers(0, len(params))), f"{draw(SECRET_NAME)}={token}")
+    query = draw(st.sampled_from(["&", ";"])).join(params)
+    fragment = f"#access_token={token}&state=x" if slot == "fragment" else ""
+    after = path + (f"?{query}" if query else "") + fragment
+    return f"{scheme}:{slashes}{userinfo}{host}{after}", token, after
+
+
+@settings(max_examples=500)
+@given(case=urls_with_a_token(), frame=st.sampled_from(["{}", "GET {} failed", "'{}'", "({})"]))
+def test_a_token_at_any_credential_place_of_a_url_never_survives(
+    case: tuple[str, str, str], frame: str
+) -> None:
+    url, token, after = case
+    assert token not in redact_url(url)
+    assert token not in redact(frame.format(url))
+    if "@" not in after:  # a relative reference (Location:) carries all but the user info
+        assert token not in redact(f"Location: {after}")

@@ -157,6 +157,38 @@ async def test_at_most_two_failed_logins_per_account_and_window_across_passwords
     assert await _logins(sim, mark) == (2, 1)
 
 
+async def test_one_account_spelled_many_ways_at_a_name_and_its_address_gets_one_budget(
+    vcsim_factory: Callable[..., Any],
+) -> None:
+    """The simulator is one vCenter (one instance UUID) at `127.0.0.1` and `localhost`;
+    its user written in any case, with its domain first or last, is one account."""
+    sim = vcsim_factory()
+    right = credentials_of(sim)
+    user = right.username.partition("@")[0]
+    spellings = [
+        (f"127.0.0.1:{sim.port}", user),
+        (f"https://127.0.0.1:{sim.port}/sdk", f"{user.upper()}@VSPHERE.LOCAL"),
+        (f"localhost:{sim.port}", f"vsphere.local\\{user}"),  # first seen after the budget
+        (f"LocalHost:{sim.port}", user.capitalize()),
+        (f"https://127.0.0.1:{sim.port}", f"{user}@vsphere.local"),
+    ]
+    registry = SessionRegistry(options=FAST)
+    mark = await sim.control.last_seq()
+    outcomes = []
+    try:
+        for n, (server, username) in enumerate(spellings):
+            wrong = dataclasses.replace(
+                right, server=server, username=username, password=f"wrong-{n}"
+            )
+            with pytest.raises(SessionUnavailable) as info:
+                await registry.session(wrong, wait=WAIT_FOR_LOGIN)
+            outcomes.append(type(info.value))
+    finally:
+        await registry.close()
+    assert outcomes == [LoginFailed, LoginFailed, LoginDeferred, LoginDeferred, LoginDeferred]
+    assert await _logins(sim, mark) == (2, 0)
+
+
 async def test_a_black_holed_vcenter_costs_its_own_callers_a_bounded_wait_and_nobody_else(
     vcsim: Any, credentials: Credentials
 ) -> None:

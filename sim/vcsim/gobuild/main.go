@@ -155,6 +155,17 @@ func main() {
 	}
 }
 
+// newInstanceUUID is a random (version 4) UUID.
+func newInstanceUUID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("instance UUID: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
+}
+
 func run(o *options) error {
 	simulator.Trace = o.trace
 	simulator.TraceFile = os.Stderr
@@ -174,6 +185,14 @@ func run(o *options) error {
 	}
 
 	model := simulator.VPX()
+	// Each simulator is its own vCenter with its own instance UUID, as real ones are
+	// (the operator's login guard joins the spellings of one vCenter by it); govmomi
+	// derives one from the machine's node ID, the same for every simulator here.
+	instanceUUID, err := newInstanceUUID()
+	if err != nil {
+		return err
+	}
+	model.ServiceContent.About.InstanceUuid = instanceUUID
 	model.Datacenter = 0
 	model.Cluster = 0
 	model.ClusterHost = 0

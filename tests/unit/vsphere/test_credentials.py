@@ -72,6 +72,37 @@ def test_the_same_user_with_another_password_is_the_same_account() -> None:
     assert a.account == b.account == a.key.account
 
 
+@pytest.mark.parametrize(
+    ("server", "username"),
+    [
+        ("vc.example", "Administrator@vsphere.local"),
+        ("VC.example.", "administrator@VSPHERE.LOCAL"),
+        ("https://vc.example:443/sdk", "VSPHERE.LOCAL\\administrator"),
+        ("vc.example:443", "ADMINISTRATOR"),
+    ],
+)
+def test_every_spelling_of_one_account_is_one_account_key(server: str, username: str) -> None:
+    spelled = Credentials(server=server, username=username, password="p")
+    assert spelled.account == Credentials("vc.example", "administrator", "q").account
+    assert spelled.account.vcenter == "vc.example:443"
+    assert spelled.account.user == "administrator"
+
+
+def test_an_address_is_one_account_key_however_written() -> None:
+    short = Credentials(server="[fd00::5]", username="u", password="p").account
+    assert (
+        short
+        == Credentials(server="https://[FD00:0:0::5]:443/sdk", username="U", password="p").account
+    )
+    assert short.vcenter == "[fd00::5]:443"
+
+
+def test_no_password_reaches_what_metric_labels_and_keys_are_made_of() -> None:
+    c = Credentials(server="https://admin:hunter2@vc.example/sdk", username="u", password="p")
+    assert c.netloc == "vc.example:443"
+    assert "hunter2" not in f"{c.account} {c.key!r} {c.key}"
+
+
 def test_the_session_key_shows_neither_the_password_nor_its_whole_digest() -> None:
     key = Credentials(server="vc.example", username="u", password="hunter2").key
     for text in (str(key), repr(key), f"{key}", repr([key])):

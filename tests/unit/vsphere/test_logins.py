@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentforge.vsphere.credentials import Credentials
+from agentforge.vsphere.credentials import Credentials, SessionKey
 from agentforge.vsphere.logins import LoginGuard, LoginPolicy
 from agentforge.vsphere.model import errors
 
@@ -57,9 +59,16 @@ def guard(clock: Clock) -> LoginGuard:
     return LoginGuard(LoginPolicy(), clock=clock.mono, wall=clock.wall)
 
 
-def attempt(guard: LoginGuard, c: Credentials, outcome: errors.VsphereError | None) -> None:
+def attempt(
+    guard: LoginGuard,
+    c: Credentials,
+    outcome: errors.VsphereError | None,
+    *,
+    instance: str | None = None,
+) -> None:
     guard.check(c.key)
     guard.started(c.key)
+    assert guard.admit(c.key, instance) == set()
     if outcome is None:
         guard.succeeded(c.key)
     else:
@@ -210,3 +219,144 @@ def test_a_raised_refusal_carries_no_traceback_of_earlier_raises(guard: LoginGua
         except errors.LoginFailed as exc:
             seen.append(exc)
     assert len({id(e) for e in seen}) == 3
+
+
+# --- one budget per real account ----------------------------------------------------------
+
+UUID = "5f2b8c2e-0c1d-4c55-9d2f-3a4b5c6d7e8f"
+
+
+def test_every_spelling_of_one_account_shares_its_budget(guard: LoginGuard) -> None:
+    attempt(guard, creds("a", user="Administrator@vsphere.local"), refused())
+    attempt(guard, creds("b", user="VSPHERE.LOCAL\\administrator", server="VC.Example."), refused())
+    for user, server in [
+        ("administrator@VSPHERE.LOCAL", "vc.example"),
+        ("administrator", "https://vc.example:443/sdk"),
+        ("vsphere.local\\ADMINISTRATOR", "vc.example.:443"),
+    ]:
+        with pytest.raises(errors.LoginDeferred):
+            guard.check(creds("c", user=user, server=server).key)
+    guard.check(creds("c", user="svc@vsphere.local").key)  # another account
+    guard.check(creds("c", user="administrator", server="vc.example:8443").key)  # another port
+
+
+def test_a_name_and_its_address_are_one_vcenter_once_it_answered(
+    guard: LoginGuard, clock: Clock
+) -> None:
+    by_name, by_address = creds("a", server="vc.example"), creds("b", server="10.0.0.5")
+    attempt(guard, by_name, refused(), instance=UUID)
+    clock.advance(10)
+    guard.check(by_address.key)  # before it answered, the address is not known as the name
+    guard.started(by_address.key)
+    assert guard.admit(by_address.key, UUID.upper()) == set()  # the second failure of two
+    guard.failed(by_address.key, refused())
+    third = creds("c", server="VC.EXAMPLE.")
+    with pytest.raises(errors.LoginDeferred):
+        guard.check(third.key)
+    fresh = creds("d", server="[::ffff:10.0.0.5]")  # yet another spelling, not seen before
+    guard.check(fresh.key)
+    guard.started(fresh.key)
+    with pytest.raises(errors.LoginDeferred) as info:
+        guard.admit(fresh.key, UUID)  # answered: it is that vCenter, no credentials sent
+    assert info.value.retry_at == START + timedelta(seconds=180)
+    guard.abandoned(fresh.key)
+
+
+def test_a_login_that_would_overshoot_the_joined_budget_waits_for_the_admitted_ones(
+    guard: LoginGuard,
+) -> None:
+    one, two = creds("a", server="vc.example"), creds("b", server="10.0.0.5")
+    attempt(guard, creds("x", server="vc-alias.example"), refused(), instance=UUID)
+    for c in (one, two):
+        guard.check(c.key)
+        assert not guard.budget_busy(c.key)  # three spellings: not known as one yet
+        guard.started(c.key)
+    assert guard.admit(one.key, UUID) == set()
+    assert guard.admit(two.key, UUID) == {one.key}  # 1 failure + 1 admitted: the budget
+    guard.succeeded(one.key)
+    assert guard.admit(two.key, UUID) == set()
+
+
+def _cases(text: str) -> list[str]:
+    return [text, text.upper(), text.capitalize(), text.swapcase().capitalize().swapcase()]
+
+
+USERS = [
+    spelled
+    for name in _cases("administrator")
+    for domain in _cases("vsphere.local")
+    for spelled in (f"{name}@{domain}", f"{domain}\\{name}", name)
+]
+"""`administrator` of `vsphere.local`, as anyone may write it."""
+SERVERS = [
+    spelled
+    for host in [
+        *_cases("vc.example"),
+        "vc.example.",
+        "vcenter-alias.example",
+        "10.0.0.5",
+        "[fd00::5]",
+        "[FD00:0:0::5]",
+    ]
+    for port in ("", ":443")
+    for spelled in (f"{host}{port}", f"https://{host}{port}/sdk")
+]
+"""One vCenter by its names and addresses, in every form the Secret's `server` takes."""
+
+
+STEP = st.tuples(
+    st.sampled_from(["start", "connect", "refused", "wait"]),
+    st.integers(min_value=0, max_value=len(SERVERS) * len(USERS) * 3),
+)
+WAITS = [0.5, 10.0, 60.0, 179.5, 180.0, 400.0]
+
+
+@settings(max_examples=300)
+@given(steps=st.lists(STEP, min_size=1, max_size=40))
+def test_any_spellings_of_one_account_get_at_most_the_budget_of_failed_logins_per_window(
+    steps: list[tuple[str, int]],
+) -> None:
+    """Logins start, connect (the vCenter answers with its instance UUID), send their
+    wrong password, and time passes, in any order: the failed logins vCenter sees in
+    any window are never more than the budget. A step's number picks the spelling,
+    the password, the login or the wait."""
+    clock = Clock()
+    policy = LoginPolicy()
+    guard = LoginGuard(policy, clock=clock.mono, wall=clock.wall)
+    connecting: list[SessionKey] = []
+    sending: list[SessionKey] = []
+    sent: list[float] = []  # when vCenter saw a wrong password
+    for step, n in steps:
+        if step == "start":
+            server, user = SERVERS[n % len(SERVERS)], USERS[n // len(SERVERS) % len(USERS)]
+            key = Credentials(server, user, "abc"[n // (len(SERVERS) * len(USERS)) % 3]).key
+            if key in connecting or key in sending:
+                continue  # one login per credential at a time (the registry's rule)
+            try:
+                guard.check(key)
+            except errors.SessionUnavailable:
+                continue
+            if not guard.budget_busy(key):
+                guard.started(key)
+                connecting.append(key)
+        elif step == "connect" and connecting:
+            key = connecting[n % len(connecting)]
+            try:
+                wait_for = guard.admit(key, UUID)
+            except errors.LoginDeferred:
+                connecting.remove(key)
+                guard.abandoned(key)
+                continue
+            if not wait_for:
+                connecting.remove(key)
+                sending.append(key)
+                sent.append(clock.t)
+        elif step == "refused" and sending:
+            key = sending[n % len(sending)]
+            sending.remove(key)
+            guard.failed(key, refused())
+        elif step == "wait":
+            clock.advance(WAITS[n % len(WAITS)])
+    for t in sent:
+        in_window = [u for u in sent if t - policy.window_seconds < u <= t]
+        assert len(in_window) <= policy.max_failed_logins
