@@ -46,6 +46,7 @@ from bench.harness import Context, Goal, Section, table
 from sim.actors.iso9660 import build_iso
 from sim.paths import binary
 from sim.vcsim.launcher import Vcsim
+from sim.vsphere_tasks import TaskDriver
 
 POOL_VMS = 100
 SEQUENTIAL_VMS = 10
@@ -77,23 +78,30 @@ def _total(counters: dict[str, Any]) -> int:
     return int(sum(counters.get("paths", {}).values()))
 
 
-async def _lifecycle(service: VsphereService, req: VmRequest, markers: OwnershipMarkers) -> None:
-    vm = await service.create_vm(request=req)
+async def _lifecycle(
+    driver: TaskDriver, service: VsphereService, req: VmRequest, markers: OwnershipMarkers
+) -> None:
+    vm = await driver.create(service, req)
     facts = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
     assert facts is not None
     (cd,) = facts.cdroms
-    await service.eject_cdrom(
+    await driver.eject(
+        service,
         datacenter="dc1",
         vm_uuid=vm.bios_uuid or "",
         device_key=cd.key,
         expected_backing=ISO,
         markers=markers,
     )
-    await service.delete_vm(datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers)
+    await driver.delete(service, datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers)
 
 
 async def _pool_lifecycle(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers, n: int
+    driver: TaskDriver,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
+    n: int,
 ) -> None:
     """What a pool reconcile does: create all, read all at once, eject all, delete all."""
     hw = Hardware(cpus=2, memory_mib=2048, disk_gib=20)
@@ -101,12 +109,13 @@ async def _pool_lifecycle(
         VmRequest(name=f"pool-{i}", placement=placement, hardware=hw, iso_file=ISO, markers=markers)
         for i in range(n)
     ]
-    made = await asyncio.gather(*(service.create_vm(request=r) for r in reqs))
+    made = await asyncio.gather(*(driver.create(service, r) for r in reqs))
     uuids = [vm.bios_uuid or "" for vm in made]
     facts = await service.vms_by_uuid(datacenter="dc1", bios_uuids=uuids)
     await asyncio.gather(
         *(
-            service.eject_cdrom(
+            driver.eject(
+                service,
                 datacenter="dc1",
                 vm_uuid=u,
                 device_key=facts[u].cdroms[0].key,
@@ -117,21 +126,24 @@ async def _pool_lifecycle(
         )
     )
     await asyncio.gather(
-        *(service.delete_vm(datacenter="dc1", bios_uuid=u, markers=markers) for u in uuids)
+        *(driver.delete(service, datacenter="dc1", bios_uuid=u, markers=markers) for u in uuids)
     )
 
 
 async def _measure(
-    sim: Vcsim, body: Callable[[VsphereService], Awaitable[None]]
+    sim: Vcsim, body: Callable[[TaskDriver, VsphereService], Awaitable[None]]
 ) -> tuple[int, int, float]:
-    """(requests, logins, seconds) of `body` run with a fresh registry (login included)."""
+    """(requests, logins, seconds) of `body` run with a fresh registry (login included);
+    its tasks run as the controllers run them (`TaskDriver`)."""
     await sim.control.reset_counters()
     creds = _credentials(sim)
     registry = SessionRegistry(options=SessionOptions())
+    driver = TaskDriver(registry)
     started = time.monotonic()
     try:
-        await body(VsphereService(registry=registry, credentials=creds))
+        await body(driver, VsphereService(registry=registry, credentials=creds))
     finally:
+        driver.close()
         await registry.close()
     seconds = time.monotonic() - started
     counters = await sim.control.counters()
@@ -290,7 +302,7 @@ async def run(ctx: Context) -> Section:
     async with Vcsim(workdir=ctx.workdir / "vcsim-vsphere") as sim:
         ctx.step(f"{POOL_VMS} VM lifecycles as one pool (concurrent)")
         requests, logins, seconds = await _measure(
-            sim, lambda s: _pool_lifecycle(s, placement, markers, POOL_VMS)
+            sim, lambda d, s: _pool_lifecycle(d, s, placement, markers, POOL_VMS)
         )
         section.add(
             "requests per VM lifecycle, pool of 100",
@@ -303,7 +315,7 @@ async def run(ctx: Context) -> Section:
 
         ctx.step(f"{SEQUENTIAL_VMS} VM lifecycles one at a time")
 
-        async def one_by_one(service: VsphereService) -> None:
+        async def one_by_one(driver: TaskDriver, service: VsphereService) -> None:
             for i in range(SEQUENTIAL_VMS):
                 req = VmRequest(
                     name=f"seq-{i}",
@@ -312,7 +324,7 @@ async def run(ctx: Context) -> Section:
                     iso_file=ISO,
                     markers=markers,
                 )
-                await _lifecycle(service, req, markers)
+                await _lifecycle(driver, service, req, markers)
 
         requests, logins, _ = await _measure(sim, one_by_one)
         section.add(
@@ -375,6 +387,8 @@ async def run(ctx: Context) -> Section:
         "login and placement look-ups included, divided by the VMs; a lifecycle is create "
         "(Storage DRS recommendation, create, power on) + facts + CD-ROM eject + delete "
         "(power off, destroy).",
+        "Every task runs as the controllers run it: a task slot, started, followed, its "
+        "outcome read once its end is news (`sim.vsphere_tasks`). "
         "Pool: all VMs in flight together share one task waiter (one ListView filter, "
         "coalesced registrations, one long poll per batch of updates) and one facts read; "
         "one at a time: each task costs its start, its registration and a long poll.",
