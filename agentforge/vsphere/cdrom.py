@@ -4,27 +4,26 @@ Promises (DOMAIN.md section 4, the seed's ejection rules):
 - a CD-ROM is touched only when the VM carries our exact markers and the device
   holds exactly the expected backing file; otherwise a typed refusal, nothing sent;
 - the eject is a `ReconfigVM_Task` that disconnects the device and clears its
-  medium; while it runs, a question raised by the VM is *returned* (id, message ids,
-  text) so the caller can checkpoint it before anything answers it;
+  medium; it is started and followed (`task_follow`), never waited for: `eject`
+  reports it `IN_PROGRESS`, and its end, or a question the VM raises meanwhile, is
+  news for the caller;
 - `answer_lock_question` answers "0" (Yes) only when the VM's current question has
   the given id and the message `msg.cdromdisconnect.locked`; any other is refused;
 - no automatic-answer option is ever set on the VM;
-- `resume` finds a reconfigure still running on the VM (its `recentTask`), waits for
-  it or its question, and reports the device's state, so a restarted caller decides
-  from facts, not memory;
-- a controller never waits: `eject(..., slot=...)` and `resume(..., wait=False)`
-  report a reconfigure still running without a question as `IN_PROGRESS` and follow
-  it (`task_follow`): its end, or a question the VM raises meanwhile, is news.
+- `resume` (after that news, or a restart) reports the device's state: a
+  reconfigure still running on the VM (its `recentTask`) with its pending question
+  (`QUESTION_PENDING`, returned with id, message ids and text so the caller can
+  checkpoint it before anything answers it), or without one (`IN_PROGRESS`, followed
+  again); else the device as it is, so the caller decides from facts, not memory.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import facts, metrics, props, specs, task_follow, tasks, vms
+from agentforge.vsphere import facts, metrics, props, specs, task_follow, vms
 from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
@@ -69,9 +68,10 @@ async def eject(
     device_key: int,
     expected_backing: str,
     expected_markers: markers.OwnershipMarkers,
-    slot: Slot | None = None,
+    slot: Slot,
 ) -> EjectOutcome:
-    """Disconnect the CD-ROM; with `slot`, start it and follow it (never wait)."""
+    """Start disconnecting the CD-ROM and follow it (never wait); `slot` is bound to
+    the started reconfigure or released."""
     try:
         with metrics.counted("iso", "eject") as counted:
             outcome = await _eject(
@@ -86,7 +86,7 @@ async def eject(
             counted.result = outcome.state.value
             return outcome
     finally:
-        if slot is not None and slot.task is None:
+        if slot.task is None:
             slot.release()
 
 
@@ -98,7 +98,7 @@ async def _eject(
     device_key: int,
     expected_backing: str,
     expected_markers: markers.OwnershipMarkers,
-    slot: Slot | None,
+    slot: Slot,
 ) -> EjectOutcome:
     got = await _ours(
         session, datacenter_name, bios_uuid, expected_markers, action="eject the CD-ROM of"
@@ -114,7 +114,6 @@ async def _eject(
             datacenter_name=datacenter_name,
             bios_uuid=bios_uuid,
             device_key=device_key,
-            wait=slot is None,
         )
     if cdrom.kind is not facts.MediumKind.ISO or cdrom.backing_file != expected_backing:
         if is_empty(cdrom):
@@ -131,38 +130,8 @@ async def _eject(
         subject=f"VM {got.name}",
         action="disconnect the CD-ROM of",
     )
-    if slot is not None:
-        task_follow.follow(session, task, slot=slot, vm=ref)
-        return EjectOutcome(EjectState.IN_PROGRESS, ref._moId, device_key, task_id=task._moId)
-    return await _follow(session, ref, task, cdrom, subject=f"VM {got.name}")
-
-
-async def _follow(
-    session: Session, ref: Any, task: Any, cdrom: facts.Cdrom, *, subject: str
-) -> EjectOutcome:
-    """Wait for the reconfigure, or return the question it is waiting on."""
-    device_key = cdrom.key
-    done, question = await session.waiter.wait_or_question(task, ref)
-    if done is None:
-        return EjectOutcome(
-            EjectState.QUESTION_PENDING,
-            ref._moId,
-            device_key,
-            task_id=task._moId,
-            question=facts.parse_question(question),
-        )
-    tasks.task_outcome(done, subject=subject, action="disconnect the CD-ROM of")
-    # The reconfigure succeeded, so the device is as the eject spec set it.
-    ejected = dataclasses.replace(
-        cdrom,
-        kind=facts.MediumKind.CLIENT,
-        backing_file=None,
-        connected=False,
-        start_connected=False,
-    )
-    return EjectOutcome(
-        EjectState.EJECTED, ref._moId, device_key, task_id=task._moId, cdrom=ejected
-    )
+    task_follow.follow(session, task, slot=slot, vm=ref)
+    return EjectOutcome(EjectState.IN_PROGRESS, ref._moId, device_key, task_id=task._moId)
 
 
 async def answer_lock_question(
@@ -201,10 +170,10 @@ async def answer_lock_question(
 
 
 async def resume(
-    session: Session, *, datacenter_name: str, bios_uuid: str, device_key: int, wait: bool = True
+    session: Session, *, datacenter_name: str, bios_uuid: str, device_key: int
 ) -> EjectOutcome:
-    """After a restart: wait for a reconfigure still running on the VM, then report.
-    `wait=False`: report its pending question, or follow it (`IN_PROGRESS`)."""
+    """The device's state: a reconfigure still running on the VM with its pending
+    question, or followed (`IN_PROGRESS`); else the device as it is."""
     got = await vms.facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
     if got is None:
         raise errors.NotFound(f"VM with BIOS UUID {bios_uuid} not found", subject=bios_uuid)
@@ -212,8 +181,6 @@ async def resume(
     running = await running_reconfigure(session, ref)
     cdrom = got.cdrom(device_key)
     if running is not None and cdrom is not None:
-        if wait:
-            return await _follow(session, ref, running, cdrom, subject=f"VM {got.name}")
         if got.question is not None:
             return EjectOutcome(
                 EjectState.QUESTION_PENDING,

@@ -1,38 +1,31 @@
-"""Creating a VM: placed by Storage DRS, marked as ours, idempotent, never half-built.
+"""Creating a VM: placed by Storage DRS, marked as ours, idempotent, never waited for.
 
-Two ways to create: `start` (what the controller uses) resolves the placement, asks
-Storage DRS and starts `CreateVM_Task`, then returns its moref at once; the task is
-followed (`task_follow`) and its end is news for the caller, who reads the outcome by
-the recorded moref and then `converge`s the VM (tags, power on: started, not waited
-for). `create` (for scripts and tests) does it all and waits.
+`start` resolves the placement, asks Storage DRS and starts `CreateVM_Task`, then
+returns its moref at once; the task is followed (`task_follow`) and its end is news
+for the caller, who reads the outcome by the recorded moref and then `converge`s the
+VM (tags, power on: started, not waited for).
 
 Promises:
 - create is idempotent by name + markers: a same-named VM with our exact markers is
-  returned (and converged: tags, power), any other is reported as `AlreadyExists` and
-  never touched; `DuplicateName` with nothing holding the name yet (a creation of that
+  returned for converging, any other is reported as `AlreadyExists` and never
+  touched; `DuplicateName` with nothing holding the name yet (a creation of that
   name still running: vCenter reserves the name when the task starts) is
   `CreationInFlight`, neither absent nor a conflict;
-- the create task's moref is handed to `on_task` as soon as the task has started;
 - the datastore comes from `StorageResourceManager.RecommendDatastores` for the
   pool's datastore cluster; the recommendation is applied by pinning the VM's files
   and disk to the recommended datastore (as `govc vm.create -datastore-cluster` does);
   a failure domain's single datastore is used as it is (no recommendation asked), and
   a chosen host (`placement.host`) is passed to `CreateVM_Task` and to Storage DRS;
-- a VM left half-built by a step that vCenter refused (tags, power on: a fault it
-  answered with) is removed, and only if it carries our markers. Nothing is removed
-  when the outcome is unknown or the create was merely interrupted: a cancellation
-  (a lost Lease, a shutdown), a timeout, a vCenter that stopped answering, a login
-  that could not be had. The half-built VM then stays, found by the next attempt (or
-  the next leader) through the creation checkpoint and converged.
+- a VM left unfinished (tags, power on refused or interrupted) is never removed
+  here: the next attempt finds it by name and markers and converges it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import facts, metrics, placement, specs, tags, task_follow, tasks, vms
+from agentforge.vsphere import facts, metrics, placement, specs, tags, task_follow, vms
 from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
@@ -51,9 +44,6 @@ class VmRequest:
     tag_ids: tuple[str, ...] = ()
     power_on: bool = True
     bios_uuid: str | None = None  # becomes config.uuid when set (chosen and recorded first)
-
-
-TaskStarted = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,56 +107,6 @@ async def converge(session: Session, request: VmRequest, *, vm_moid: str, slot: 
             slot.release()
 
 
-async def create(
-    session: Session, request: VmRequest, *, on_task: TaskStarted | None = None
-) -> facts.VmFacts:
-    """Create (or find, if already ours) the VM; powered on, tagged, facts returned.
-
-    `on_task(moref)` runs as soon as `CreateVM_Task` has started, before its wait."""
-    with metrics.counted("vm", "create"):
-        try:
-            return await _create(session, request, on_task)
-        except errors.NotFound:
-            # A cached moref (folder, pool, network...) went stale: resolve afresh, once.
-            placement.invalidate(session, request.placement)
-            return await _create(session, request, on_task)
-
-
-async def _create(
-    session: Session, request: VmRequest, on_task: TaskStarted | None
-) -> facts.VmFacts:
-    resolved = await placement.resolve(session, request.placement)
-    folder = await placement.ensure_folder(session, resolved)
-    subject = f"VM {request.name}"
-    spec = await _spec_unless_taken(session, resolved, folder, request)
-    if spec is None:
-        return await _adopt_existing(session, request)
-    try:
-        ref = await tasks.run_task(
-            session,
-            lambda: folder.CreateVM_Task(
-                config=spec, pool=resolved.resource_pool, host=resolved.host
-            ),
-            subject=subject,
-            action="create",
-            on_started=on_task,
-        )
-    except errors.AlreadyExists:  # DuplicateName: the folder holds (or reserves) the name
-        return await _adopt_existing(session, request)
-    try:
-        await _finish(session, ref, request)
-    except errors.VsphereError as exc:
-        if refused_by_vcenter(exc):
-            await _remove_half_built(session, ref, request.markers)
-        raise
-    got = (await vms.fetch(session, [ref])).get(ref._moId)
-    if got is None:
-        raise errors.NotFound(f"{subject} vanished right after it was created", subject=subject)
-    if got.bios_uuid:
-        session.cache.vms[got.bios_uuid] = ref
-    return got
-
-
 async def _spec_unless_taken(
     session: Session, resolved: placement.ResolvedPlacement, folder: Any, request: VmRequest
 ) -> Any | None:
@@ -194,11 +134,6 @@ async def _spec_unless_taken(
         markers=request.markers,
         bios_uuid=request.bios_uuid,
     )
-
-
-def refused_by_vcenter(exc: errors.VsphereError) -> bool:
-    """vCenter answered the step with a fault (not: no answer, no session, retry later)."""
-    return not isinstance(exc, errors.TransientError | errors.SessionUnavailable)
 
 
 async def _recommend(
@@ -258,24 +193,6 @@ async def _recommend(
     )
 
 
-async def _finish(session: Session, ref: Any, request: VmRequest) -> None:
-    await tags.attach(session, vm_moid=ref._moId, tag_ids=request.tag_ids)
-    if request.power_on:
-        await vms.power_on(session, ref, subject=f"VM {request.name}")
-
-
-async def _adopt_existing(session: Session, request: VmRequest) -> facts.VmFacts:
-    """The name is taken: ours (same markers) -> converge and return it; a creation of
-    that name still running -> `CreationInFlight`; anything else -> refuse."""
-    existing = await _existing(session, request)
-    ref = vms.ref_of(session, existing.moid)
-    await _finish(session, ref, request)
-    got = (await vms.fetch(session, [ref])).get(existing.moid, existing)
-    if got.bios_uuid:
-        session.cache.vms[got.bios_uuid] = ref
-    return got
-
-
 async def _existing(session: Session, request: VmRequest) -> facts.VmFacts:
     """The VM holding the name, when it is ours; else `CreationInFlight` (a creation of
     that name still runs) or `AlreadyExists` (someone else's)."""
@@ -313,15 +230,3 @@ async def _holder_of(session: Session, request: VmRequest) -> Any | None:
         subject=f"VM {request.name}",
         action="find",
     )
-
-
-async def _remove_half_built(
-    session: Session, ref: Any, expected: markers.OwnershipMarkers
-) -> None:
-    got = (await vms.fetch(session, [ref])).get(ref._moId)
-    if got is None:
-        return
-    if markers.verdict(found=got.markers, expected=expected) is not markers.Verdict.OURS:
-        return
-    await vms.power_off_and_destroy(session, ref, got)
-    metrics.vm_op("cleanup", "success")

@@ -93,11 +93,6 @@ class VsphereService:
 
     # --- VMs ----------------------------------------------------------------------
 
-    async def create_vm(
-        self, *, request: provision.VmRequest, on_task: provision.TaskStarted | None = None
-    ) -> facts.VmFacts:
-        return await provision.create(await self.session(), request, on_task=on_task)
-
     async def vm_by_moid(self, *, moid: str) -> facts.VmFacts | None:
         session = await self.session()
         return (await vms.fetch(session, [vms.ref_of(session, moid)])).get(moid)
@@ -120,42 +115,39 @@ class VsphereService:
     async def vms_in_folder(self, *, placement: Placement) -> list[facts.VmFacts]:
         return await vms.list_folder(await self.session(), placement)
 
-    async def delete_vm(
-        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers
-    ) -> bool:
-        return await vms.delete(
-            await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid, expected=markers
-        )
-
-    async def stamp_markers(
-        self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers
-    ) -> facts.VmFacts:
-        return await vms.stamp(
-            await self.session(), datacenter_name=datacenter, bios_uuid=bios_uuid, wanted=markers
-        )
-
-    # --- tasks nobody waits for ------------------------------------------------------
-    # A controller claims a slot, starts the task, records the returned moref and
-    # returns; the registry's `subscribe_tasks` listeners hear when the task ended.
+    # --- tasks: started, never waited for ----------------------------------------------
+    # Every mutation is a vCenter task: the caller claims a slot, starts the task,
+    # records the returned moref and returns; the registry's `subscribe_tasks`
+    # listeners hear when the task ended, and the caller reads its outcome (`task`).
 
     def claim_task_slot(self, *, group: str, token: str, keep: bool = False) -> Slot:
         """A slot for one task, or `errors.TaskSlotPending` (see `task_slots`)."""
         return self._registry.claim_task_slot(self.vcenter, group=group, token=token, keep=keep)
 
+    async def _session_for(self, slot: Slot) -> Session:
+        """The session for a task about to start; `slot` goes back when there is none."""
+        try:
+            return await self.session()
+        except BaseException:
+            slot.release()
+            raise
+
     async def start_create(self, *, request: provision.VmRequest, slot: Slot) -> provision.Started:
-        return await provision.start(await self.session(), request, slot=slot)
+        return await provision.start(await self._session_for(slot), request, slot=slot)
 
     async def converge_vm(
         self, *, request: provision.VmRequest, vm_moid: str, slot: Slot
     ) -> str | None:
         """Tags, then power on started: the task's moref, None when the VM runs."""
-        return await provision.converge(await self.session(), request, vm_moid=vm_moid, slot=slot)
+        return await provision.converge(
+            await self._session_for(slot), request, vm_moid=vm_moid, slot=slot
+        )
 
     async def start_delete(
         self, *, datacenter: str, bios_uuid: str, markers: OwnershipMarkers, slot: Slot
     ) -> vms.DeleteStep:
         return await vms.start_delete(
-            await self.session(),
+            await self._session_for(slot),
             datacenter_name=datacenter,
             bios_uuid=bios_uuid,
             expected=markers,
@@ -167,7 +159,7 @@ class VsphereService:
     ) -> tuple[facts.VmFacts, str | None]:
         """Our markers on an unmarked VM, started: its facts and the task (None: ours)."""
         return await vms.start_stamp(
-            await self.session(),
+            await self._session_for(slot),
             datacenter_name=datacenter,
             bios_uuid=bios_uuid,
             wanted=markers,
@@ -185,9 +177,6 @@ class VsphereService:
         """Raises `NotFound` when vCenter no longer knows the task."""
         return await task_facts.read(await self.session(), task_ref)
 
-    async def wait_for_task(self, *, task_ref: str) -> task_facts.TaskFacts:
-        return await task_facts.wait(await self.session(), task_ref)
-
     async def creates_in_flight(self, *, placement: Placement) -> list[task_facts.TaskFacts]:
         return await task_facts.creates_in_flight(await self.session(), placement)
 
@@ -201,12 +190,11 @@ class VsphereService:
         device_key: int,
         expected_backing: str,
         markers: OwnershipMarkers,
-        slot: Slot | None = None,
+        slot: Slot,
     ) -> cdrom.EjectOutcome:
-        """With `slot`, the reconfigure is started and followed, never waited for
-        (`EjectState.IN_PROGRESS`); without, the call waits (scripts and tests)."""
+        """Start the reconfigure and follow it, never wait for it (`EjectState.IN_PROGRESS`)."""
         return await cdrom.eject(
-            await self.session(),
+            await self._session_for(slot),
             datacenter_name=datacenter,
             bios_uuid=vm_uuid,
             device_key=device_key,
@@ -227,15 +215,14 @@ class VsphereService:
         )
 
     async def resume_eject(
-        self, *, datacenter: str, vm_uuid: str, device_key: int, wait: bool = True
+        self, *, datacenter: str, vm_uuid: str, device_key: int
     ) -> cdrom.EjectOutcome:
-        """`wait=False`: a reconfigure still running is followed, not waited for."""
+        """The device's state; a reconfigure still running is followed, not waited for."""
         return await cdrom.resume(
             await self.session(),
             datacenter_name=datacenter,
             bios_uuid=vm_uuid,
             device_key=device_key,
-            wait=wait,
         )
 
     # --- datastore and ISO --------------------------------------------------------

@@ -6,10 +6,8 @@ Promises:
 - `read` returns the task's state, its result's moref and its typed error; a task
   vCenter no longer knows (tasks expire) raises `errors.NotFound`, which means "ask
   again by other keys", never "the VM is absent" and never success;
-- `wait` reads, waits through the session's one task waiter while the task runs, then
-  reads again: the read, not the wait's outcome, is the answer (a failed task and a
-  forgotten one differ only there). A task vCenter does not know is never handed to
-  the waiter (a view over a missing object cannot even be built);
+- nothing here waits: the caller followed the task when it started it
+  (`task_follow`) and reads it again when the news of its end came;
 - `creates_in_flight` lists the `CreateVM_Task`s still queued or running in a folder
   (its `recentTask`). vCenter does not tell which VM name such a task creates, so every
   one of them counts as possibly ours.
@@ -17,7 +15,6 @@ Promises:
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -68,19 +65,6 @@ async def read(session: Session, moid: str) -> TaskFacts:
     if found is None:
         raise errors.NotFound(f"vCenter no longer knows task {moid}", subject=f"task {moid}")
     return found
-
-
-async def wait(session: Session, moid: str) -> TaskFacts:
-    """Wait until the task has ended (or is gone), then `read` it."""
-    first = await read(session, moid)  # a task vCenter does not know never reaches the waiter
-    if not first.running:
-        return first
-    # The read below tells a failed task from a forgotten one (or raises itself).
-    with contextlib.suppress(errors.VsphereError):
-        await session.waiter.wait(
-            task_ref(session, moid), subject=f"task {moid}", action="wait for"
-        )
-    return await read(session, moid)
 
 
 async def creates_in_flight(session: Session, where: placement.Placement) -> list[TaskFacts]:

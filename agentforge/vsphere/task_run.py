@@ -1,14 +1,15 @@
 """Starting a task and reading how it ended: `run_task` and `task_outcome`.
 
 `run_task` starts a vCenter task (restarting it while its fault is transient) and
-waits for it through the session's one `tasks.TaskWaiter`; `task_outcome` turns a
+waits for it through the session's one `tasks.TaskWaiter` (the datastore's file
+tasks, which end within a request's time; every VM task is followed instead); `task_outcome` turns a
 finished task's `info.state`/`info.error`/`info.result` into its result or its fault,
 typed as every other error of this layer. Both are re-exported by `tasks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentforge.vsphere import faults
@@ -24,15 +25,11 @@ async def run_task(
     *,
     subject: str,
     action: str,
-    on_started: Callable[[str], Awaitable[None]] | None = None,
 ) -> Any:
-    """Start a task and wait for it; transient task faults restart it (tenacity).
-    `on_started(moref)` runs for each started task before the wait (to record it)."""
+    """Start a task and wait for it; transient task faults restart it (tenacity)."""
     async for attempt in session.retrying():
         with attempt:
             task = await session.call(start, subject=subject, action=action)
-            if on_started is not None:
-                await on_started(str(task._moId))
             return await session.waiter.wait(task, subject=subject, action=action)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -4,9 +4,10 @@ Instead of one poll loop per task, the waiter keeps a private PropertyCollector 
 a single filter over a `ListView`. Watching a task (or a VM's pending question) adds
 it to the view; registrations from concurrent callers in the same loop tick are
 coalesced into one `ModifyListView` that also drops finished objects. One long poll,
-`WaitForUpdatesEx`, reports the changes of all of them. A caller either waits
-(`wait`, for scripts and tests) or, as every controller does, *follows* the task
-(`follow`): its callback runs when the task ends, and nothing waits meanwhile.
+`WaitForUpdatesEx`, reports the changes of all of them. Every VM task is *followed*
+(`follow`): its callback runs when the task ends, and nothing waits meanwhile; only
+`run_task`'s datastore file tasks, which end within a request's time, are waited for
+(`wait`).
 Only `info.state`, `info.error` and `info.result` are read (the whole `info` trips a
 simulator quirk and costs more). The long poll runs on its own thread, so it never
 occupies the bounded call pool, and is not rate limited (it is one request per batch
@@ -99,26 +100,6 @@ class TaskWaiter:
         """Wait for a task; return `info.result`, raise the typed `info.error`."""
         values = await self._watch(task, task_done, terminal=True)
         return task_outcome(values, subject=subject, action=action)
-
-    async def wait_or_question(self, task: Any, vm: Any) -> tuple[dict[str, Any] | None, Any]:
-        """Wait until the task finishes or the VM raises a question, whichever first.
-
-        Returns `(task_props, None)` when the task finished first, or
-        `(None, question_info)` while the task still runs with a question pending.
-        """
-        task_fut = asyncio.ensure_future(self._watch(task, task_done, terminal=True))
-        q_fut = asyncio.ensure_future(self._watch(vm, has_question, terminal=False))
-        try:
-            await asyncio.wait({task_fut, q_fut}, return_when=asyncio.FIRST_COMPLETED)
-            if task_fut.done():
-                return task_fut.result(), None
-            return None, q_fut.result().get(QUESTION_PATH)
-        finally:
-            for fut in (task_fut, q_fut):
-                if not fut.done():
-                    fut.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, errors.VsphereError):
-                        await fut
 
     def follow(self, ref: Any, *, token: str, ended: Ended, question: bool = False) -> None:
         """Call `ended` once the task ends (or, with `question`, once the VM `ref` shows

@@ -7,21 +7,20 @@ Rules this module keeps:
 - facts of one VM or of many VMs cost one PropertyCollector round trip;
 - (creation lives in `provision`);
 - delete and stamp refuse VMs whose markers are not ours (`OwnershipMismatch`);
-- controllers start power and delete tasks (`start_power_on`, `start_delete`) and
-  never wait for them: the task is followed (`task_follow`) and its end is news;
-  `power_on` and `delete` wait, for scripts and tests.
+- power, delete and stamp tasks are started (`start_power_on`, `start_delete`,
+  `start_stamp`) and never waited for: the task is followed (`task_follow`) and its
+  end is news for the caller, who reads its outcome by the recorded moref.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentforge import identity
-from agentforge.vsphere import facts, metrics, placement, props, specs, task_follow, tasks
+from agentforge.vsphere import facts, metrics, placement, props, specs, task_follow
 from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import Session
 from agentforge.vsphere.task_slots import Slot
@@ -167,15 +166,6 @@ async def find_by_name(
 # --- power and delete ---------------------------------------------------------------
 
 
-async def power_on(session: Session, ref: Any, *, subject: str) -> None:
-    try:
-        await tasks.run_task(session, ref.PowerOnVM_Task, subject=subject, action="power on")
-    except errors.InvalidState:
-        got = (await fetch(session, [ref])).get(ref._moId)
-        if got is None or got.power_state is not facts.PowerState.ON:
-            raise
-
-
 async def start_power_on(session: Session, ref: Any, *, subject: str, slot: Slot) -> str | None:
     """Start powering the VM on; the task's moref (followed), or None when it already
     runs. Never waits for the task; `slot` is bound to it or released."""
@@ -245,55 +235,6 @@ async def start_delete(
             slot.release()
 
 
-async def power_off_and_destroy(session: Session, ref: Any, got: facts.VmFacts) -> None:
-    subject = f"VM {got.name}"
-    if got.power_state is not facts.PowerState.OFF:
-        with contextlib.suppress(errors.InvalidState):
-            await tasks.run_task(session, ref.PowerOffVM_Task, subject=subject, action="power off")
-    try:
-        await tasks.run_task(session, ref.Destroy_Task, subject=subject, action="destroy")
-    except errors.NotFound:
-        return
-    if got.bios_uuid:
-        session.cache.vms.pop(got.bios_uuid, None)
-
-
-async def delete(
-    session: Session, *, datacenter_name: str, bios_uuid: str, expected: markers.OwnershipMarkers
-) -> bool:
-    """Delete our VM; True if deleted, False if it was already gone."""
-    with metrics.counted("vm", "delete") as outcome:
-        got = await facts_by_uuid(session, datacenter_name=datacenter_name, bios_uuid=bios_uuid)
-        if got is None:
-            outcome.result = "already_gone"
-            return False
-        require_ours(got, expected, action="delete")
-        await power_off_and_destroy(session, ref_of(session, got.moid), got)
-        return True
-
-
-async def stamp(
-    session: Session, *, datacenter_name: str, bios_uuid: str, wanted: markers.OwnershipMarkers
-) -> facts.VmFacts:
-    """Write our markers on an unmarked VM (adoption); no-op when already ours."""
-    with metrics.counted("vm", "stamp") as outcome:
-        got, ours = await _to_stamp(
-            session, datacenter_name=datacenter_name, bios_uuid=bios_uuid, wanted=wanted
-        )
-        if ours:
-            outcome.result = "already_ours"
-            return got
-        ref = ref_of(session, got.moid)
-        spec = specs.stamp_spec(wanted)
-        await tasks.run_task(
-            session,
-            lambda: ref.ReconfigVM_Task(spec=spec),
-            subject=f"VM {got.name}",
-            action="stamp ownership markers on",
-        )
-        return (await fetch(session, [ref]))[got.moid]
-
-
 async def _to_stamp(
     session: Session, *, datacenter_name: str, bios_uuid: str, wanted: markers.OwnershipMarkers
 ) -> tuple[facts.VmFacts, bool]:
@@ -323,8 +264,9 @@ async def start_stamp(
     wanted: markers.OwnershipMarkers,
     slot: Slot,
 ) -> tuple[facts.VmFacts, str | None]:
-    """`stamp`, started and not waited for: the VM's facts and the reconfigure's moref
-    (followed), or None when the VM is ours already. `slot` is bound or released."""
+    """Write our markers on an unmarked VM (adoption), started and not waited for: the
+    VM's facts and the reconfigure's moref (followed), or None when the VM is ours
+    already. `slot` is bound or released."""
     try:
         with metrics.failures("vm", "stamp"):
             got, ours = await _to_stamp(

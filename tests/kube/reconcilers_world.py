@@ -45,6 +45,7 @@ from agentforge.reconcilers.planning import naming
 from agentforge.reconcilers.vm import spread_rules, vm
 from sim.actors.isoserver import discovery_iso
 from sim.vcsim.launcher import Vcsim
+from sim.vsphere_tasks import TaskDriver
 
 FAST = vsphere.SessionOptions(
     retry_attempts=3, retry_initial_seconds=0.01, retry_max_seconds=0.05, wait_max_seconds=15
@@ -177,6 +178,8 @@ class World:
             credentials=self.credentials,
         )
         self.service = vsphere.VsphereService(registry=registry, credentials=self.vc_credentials)
+        self.tasks = TaskDriver(registry)
+        """vCenter tasks a test runs itself, run as the controllers run theirs."""
         self._running: list[tuple[Controller, asyncio.Task[None]]] = []
 
     # --- vSphere ------------------------------------------------------------------------
@@ -548,5 +551,6 @@ async def world_for(
         await world.deps.events.close()
         for informer in world.informers.values():
             await informer.stop()
+        world.tasks.close()
         await registry.close()
         await runner.cleanup()

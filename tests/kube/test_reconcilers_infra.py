@@ -95,8 +95,9 @@ async def test_a_changed_iso_gets_a_new_file_and_the_old_is_pruned_only_once_unu
         pool = await ready_pool(world, iso={"retainVersions": 1})
         old_path = pool["status"]["iso"]["path"]
         # A VM in the pool's folder holds the old ISO (as one created for the pool would).
-        holder = await world.service.create_vm(
-            request=vsphere.VmRequest(
+        holder = await world.tasks.create(
+            world.service,
+            vsphere.VmRequest(
                 name="holder",
                 placement=world.placement,
                 hardware=vsphere.Hardware(cpus=1, memory_mib=512, disk_gib=1),
@@ -108,7 +109,7 @@ async def test_a_changed_iso_gets_a_new_file_and_the_old_is_pruned_only_once_unu
                     vsphere_agent="someone",
                 ),
                 power_on=False,
-            )
+            ),
         )
         world.iso.change()
         await force_refresh(world, "t1")
@@ -119,7 +120,8 @@ async def test_a_changed_iso_gets_a_new_file_and_the_old_is_pruned_only_once_unu
         assert [h["path"] for h in pool["status"]["iso"]["history"]] == [new_path, old_path]
 
         assert holder.bios_uuid is not None
-        await world.service.delete_vm(
+        await world.tasks.delete(
+            world.service,
             datacenter="dc1",
             bios_uuid=holder.bios_uuid,
             markers=vsphere.OwnershipMarkers(
@@ -142,8 +144,9 @@ async def test_a_file_attached_to_a_known_vm_outside_the_folder_is_never_pruned(
     async with world.run(vm_controller=False):
         pool = await ready_pool(world, iso={"retainVersions": 1})
         old_path = pool["status"]["iso"]["path"]
-        elsewhere = await world.service.create_vm(
-            request=vsphere.VmRequest(
+        elsewhere = await world.tasks.create(
+            world.service,
+            vsphere.VmRequest(
                 name="moved",
                 placement=dataclasses.replace(
                     world.placement, folder=f"af-it-moved/{world.namespace}"
@@ -157,7 +160,7 @@ async def test_a_file_attached_to_a_known_vm_outside_the_folder_is_never_pruned(
                     vsphere_agent="moved",
                 ),
                 power_on=False,
-            )
+            ),
         )
         # A VsphereAgent of the pool recorded that VM (e.g. it was moved by an admin).
         await world.create_vsphere_agent("moved")

@@ -370,15 +370,16 @@ async def test_an_adopted_vm_with_another_owners_markers_is_left_alone(
     foreign = vsphere.OwnershipMarkers(
         pool_namespace="elsewhere", pool_name="p", pool_uid="u", vsphere_agent="x"
     )
-    await world.service.create_vm(
-        request=vsphere.VmRequest(
+    await world.tasks.create(
+        world.service,
+        vsphere.VmRequest(
             name=world.unique("theirs"),
             placement=world.placement,
             hardware=vsphere.Hardware(cpus=1, memory_mib=512, disk_gib=1),
             iso_file="[iso-ds] none.iso",
             markers=foreign,
             power_on=False,
-        )
+        ),
     )
     async with world.run():
         await pool_with_iso(world)

@@ -175,6 +175,9 @@ async def as_the_previous_version(
         return obj
 
     await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=issued)
+    # as the upgraded process lists it (a cache still at CreateIssued would finish the
+    # ended create and start a power-on of its own)
+    await world.caught_up(VA, "va1")
     return started
 
 

@@ -1,8 +1,9 @@
 """Fixtures for the vSphere layer against the simulator (`vcsim` fixture of sim.vcsim).
 
 Each test gets its own `SessionRegistry` (closed at teardown, so no task or thread
-outlives the test), a unique VM folder and unique ownership markers, so tests share
-one simulator without seeing each other's VMs. Retries are fast here: the policy
+outlives the test) with a `TaskDriver` that runs its vCenter tasks the operator's one
+way (`sim.vsphere_tasks`), a unique VM folder and unique ownership markers, so tests
+share one simulator without seeing each other's VMs. Retries are fast here: the policy
 is the production one with shorter waits.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from agentforge.vsphere import (
     SessionRegistry,
     VsphereService,
 )
+from sim.vsphere_tasks import TaskDriver
 
 pytestmark = pytest.mark.vcsim
 
@@ -46,6 +48,13 @@ async def registry() -> AsyncIterator[SessionRegistry]:
     reg = SessionRegistry(options=FAST)
     yield reg
     await reg.close()
+
+
+@pytest.fixture
+def driver(registry: SessionRegistry) -> Iterator[TaskDriver]:
+    tasks = TaskDriver(registry)
+    yield tasks
+    tasks.close()
 
 
 @pytest.fixture

@@ -15,9 +15,11 @@ from agentforge.vsphere import (
     Placement,
     QuestionRefused,
     SessionRegistry,
+    TaskState,
     VmFacts,
     VsphereService,
 )
+from sim.vsphere_tasks import TaskDriver
 from tests.vcsim import support
 from tests.vcsim.conftest import FAST
 
@@ -26,16 +28,19 @@ pytestmark = pytest.mark.vcsim
 LOCK = "msg.cdromdisconnect.locked"
 
 
-async def _vm(service: VsphereService, placement: Placement, markers: OwnershipMarkers) -> VmFacts:
-    return await service.create_vm(request=support.request(placement, markers))
+async def _vm(
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+) -> VmFacts:
+    return await driver.create(service, support.request(placement, markers))
 
 
 async def test_eject_disconnects_the_cdrom_and_clears_its_medium(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
 ) -> None:
-    vm = await _vm(service, placement, markers)
+    vm = await _vm(driver, service, placement, markers)
     (cd,) = vm.cdroms
-    outcome = await service.eject_cdrom(
+    outcome = await driver.eject(
+        service,
         datacenter="dc1",
         vm_uuid=vm.bios_uuid or "",
         device_key=cd.key,
@@ -47,7 +52,8 @@ async def test_eject_disconnects_the_cdrom_and_clears_its_medium(
     assert outcome.cdrom.backing_file is None
     assert not outcome.cdrom.connected
     assert not outcome.cdrom.start_connected
-    again = await service.eject_cdrom(
+    again = await driver.eject(
+        service,
         datacenter="dc1",
         vm_uuid=vm.bios_uuid or "",
         device_key=cd.key,
@@ -58,14 +64,50 @@ async def test_eject_disconnects_the_cdrom_and_clears_its_medium(
     assert again.already
 
 
-async def test_a_cdrom_whose_backing_changed_is_not_ejected(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+async def test_a_started_disconnect_runs_on_followed_and_is_resumed_once_it_ended(
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
-    vm = await _vm(service, placement, markers)
+    vm = await _vm(driver, service, placement, markers)
+    (cd,) = vm.cdroms
+    where = {"datacenter": "dc1", "vm_uuid": vm.bios_uuid or "", "device_key": cd.key}
+    await vcsim.control.set_delay("ReconfigVM_Task", 3000, stage="task")
+    try:
+        slot = service.claim_task_slot(group="test", token="test")
+        started = await service.eject_cdrom(
+            **where, expected_backing=support.ISO, markers=markers, slot=slot
+        )
+        assert started.state is EjectState.IN_PROGRESS
+        assert started.task_id is not None
+        assert slot.task == started.task_id  # the slot is the followed task's until it ends
+        running = await service.resume_eject(**where)  # a pass woken by something else
+        assert (running.state, running.task_id) == (EjectState.IN_PROGRESS, started.task_id)
+    finally:
+        await vcsim.control.clear_delays()
+    done = await driver.settle(service, **where)
+    assert done.state is EjectState.EJECTED
+    assert done.cdrom is not None
+    assert done.cdrom.backing_file is None
+    task = await service.task(task_ref=started.task_id)
+    assert (task.state, task.error) == (TaskState.SUCCESS, None)
+
+
+async def test_a_cdrom_whose_backing_changed_is_not_ejected(
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
+) -> None:
+    vm = await _vm(driver, service, placement, markers)
     (cd,) = vm.cdroms
     before = await vcsim.control.counters()
     with pytest.raises(MediaMismatch):
-        await service.eject_cdrom(
+        await driver.eject(
+            service,
             datacenter="dc1",
             vm_uuid=vm.bios_uuid or "",
             device_key=cd.key,
@@ -80,14 +122,19 @@ async def test_a_cdrom_whose_backing_changed_is_not_ejected(
 
 
 async def test_a_vm_without_our_markers_is_not_ejected(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
     other = OwnershipMarkers(pool_namespace="x", pool_name="y", pool_uid="z", vsphere_agent="w")
-    vm = await _vm(service, placement, other)
+    vm = await _vm(driver, service, placement, other)
     (cd,) = vm.cdroms
     before = await vcsim.control.counters()
     with pytest.raises(OwnershipMismatch):
-        await service.eject_cdrom(
+        await driver.eject(
+            service,
             datacenter="dc1",
             vm_uuid=vm.bios_uuid or "",
             device_key=cd.key,
@@ -99,12 +146,17 @@ async def test_a_vm_without_our_markers_is_not_ejected(
 
 
 async def test_the_locked_door_question_is_returned_then_answered_by_id(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
-    vm = await _vm(service, placement, markers)
+    vm = await _vm(driver, service, placement, markers)
     (cd,) = vm.cdroms
     await vcsim.control.lock_cdrom(vm.moid)
-    outcome = await service.eject_cdrom(
+    outcome = await driver.eject(
+        service,
         datacenter="dc1",
         vm_uuid=vm.bios_uuid or "",
         device_key=cd.key,
@@ -123,8 +175,8 @@ async def test_the_locked_door_question_is_returned_then_answered_by_id(
         question_id=outcome.question.id,
         markers=markers,
     )
-    done = await service.resume_eject(
-        datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
+    done = await driver.settle(
+        service, datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
     )
     assert done.state is EjectState.EJECTED
     answers = await vcsim.control.request_log("AnswerVM")
@@ -132,16 +184,18 @@ async def test_the_locked_door_question_is_returned_then_answered_by_id(
 
 
 async def test_a_restarted_caller_resumes_the_recorded_disconnect(
+    driver: TaskDriver,
     vcsim: Any,
     service: VsphereService,
     credentials: Credentials,
     placement: Placement,
     markers: OwnershipMarkers,
 ) -> None:
-    vm = await _vm(service, placement, markers)
+    vm = await _vm(driver, service, placement, markers)
     (cd,) = vm.cdroms
     await vcsim.control.lock_cdrom(vm.moid)
-    first = await service.eject_cdrom(
+    first = await driver.eject(
+        service,
         datacenter="dc1",
         vm_uuid=vm.bios_uuid or "",
         device_key=cd.key,
@@ -165,18 +219,26 @@ async def test_a_restarted_caller_resumes_the_recorded_disconnect(
             question_id=first.question.id,
             markers=markers,
         )
-        done = await restarted.resume_eject(
-            datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
-        )
+        again = TaskDriver(registry)
+        try:
+            done = await again.settle(
+                restarted, datacenter="dc1", vm_uuid=vm.bios_uuid or "", device_key=cd.key
+            )
+        finally:
+            again.close()
     finally:
         await registry.close()
     assert done.state is EjectState.EJECTED
 
 
 async def test_an_unrelated_question_is_left_alone(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
-    vm = await _vm(service, placement, markers)
+    vm = await _vm(driver, service, placement, markers)
     raised = await vcsim.control.raise_question(vm.moid, "msg.uuid.altered", "Did you move it?")
     got = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
     assert got is not None
@@ -196,12 +258,17 @@ async def test_an_unrelated_question_is_left_alone(
 
 
 async def test_a_question_id_other_than_the_recorded_one_is_refused(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
-    vm = await _vm(service, placement, markers)
+    vm = await _vm(driver, service, placement, markers)
     (cd,) = vm.cdroms
     await vcsim.control.lock_cdrom(vm.moid)
-    outcome = await service.eject_cdrom(
+    outcome = await driver.eject(
+        service,
         datacenter="dc1",
         vm_uuid=vm.bios_uuid or "",
         device_key=cd.key,

@@ -32,6 +32,7 @@ from agentforge.vsphere import (
 )
 from sim.actors.waiting import eventually
 from sim.blackhole import BlackHole
+from sim.vsphere_tasks import TaskDriver
 from tests.vcsim import support
 from tests.vcsim.conftest import FAST, credentials_of
 
@@ -63,15 +64,16 @@ async def test_a_wrong_password_never_gets_a_session_a_vm_or_an_iso_upload(
     wrong = dataclasses.replace(credentials, password="not-the-password")
     assert (wrong.netloc, wrong.username) == (credentials.netloc, credentials.username)
     registry = SessionRegistry(options=FAST)
+    driver = TaskDriver(registry)
     try:
         good = VsphereService(registry=registry, credentials=credentials)
         bad = VsphereService(registry=registry, credentials=wrong)
-        created = await good.create_vm(request=support.request(placement, markers))
+        created = await driver.create(good, support.request(placement, markers))
         mark = await vcsim.control.last_seq()
         with pytest.raises(LoginFailed, match="InvalidLogin"):
             await bad.session()
         with pytest.raises(LoginFailed):
-            await bad.create_vm(request=support.request(placement, markers))
+            await driver.create(bad, support.request(placement, markers))
         with pytest.raises(SessionUnavailable):
             await bad.ensure_iso(
                 source=IsoSource(url="http://127.0.0.1:9/never.iso"),
@@ -82,6 +84,7 @@ async def test_a_wrong_password_never_gets_a_session_a_vm_or_an_iso_upload(
         assert (await good.session()).credentials.password == credentials.password
         methods = await _methods(vcsim, mark)
     finally:
+        driver.close()
         await registry.close()
     assert await _logins(vcsim, mark) == (1, 0)
     assert "CreateVM_Task" not in methods

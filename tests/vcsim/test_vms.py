@@ -8,8 +8,8 @@ import uuid
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
 
+from agentforge.kube.store import ObjectKey
 from agentforge.vsphere import (
     AlreadyExists,
     Firmware,
@@ -20,6 +20,7 @@ from agentforge.vsphere import (
     Placement,
     PowerState,
     ScsiType,
+    TaskState,
     VsphereError,
     VsphereService,
     tags,
@@ -28,6 +29,7 @@ from agentforge.vsphere import (
 )
 from agentforge.vsphere.vmomi import vim
 from sim.actors.waiting import eventually
+from sim.vsphere_tasks import TaskDriver
 from tests.vcsim import support
 
 pytestmark = pytest.mark.vcsim
@@ -53,6 +55,7 @@ pytestmark = pytest.mark.vcsim
     ],
 )
 async def test_a_created_vm_has_the_asked_hardware_markers_and_iso(
+    driver: TaskDriver,
     service: VsphereService,
     placement: Placement,
     markers: OwnershipMarkers,
@@ -60,7 +63,7 @@ async def test_a_created_vm_has_the_asked_hardware_markers_and_iso(
     network: str,
 ) -> None:
     where = dataclasses.replace(placement, network=network)
-    vm = await service.create_vm(request=support.request(where, markers, hardware=hardware))
+    vm = await driver.create(service, support.request(where, markers, hardware=hardware))
     assert vm.power_state is PowerState.ON
     assert vm.ownership == markers
     assert vm.bios_uuid
@@ -97,58 +100,77 @@ async def test_a_created_vm_has_the_asked_hardware_markers_and_iso(
 
 
 async def test_creating_the_same_vm_twice_returns_the_first(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
 ) -> None:
     req = support.request(placement, markers)
-    first = await service.create_vm(request=req)
-    second = await service.create_vm(request=req)
+    first = await driver.create(service, req)
+    second = await driver.create(service, req)
     assert second.moid == first.moid
     assert await support.vm_names_in_folder(service, placement) == [req.name]
 
 
 async def test_a_same_named_vm_of_another_owner_is_reported_and_left_alone(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
 ) -> None:
     theirs = dataclasses.replace(markers, pool_uid=str(uuid.uuid4()))
     req = support.request(placement, theirs)
-    existing = await service.create_vm(request=req)
+    existing = await driver.create(service, req)
     with pytest.raises(AlreadyExists, match="not ours"):
-        await service.create_vm(request=dataclasses.replace(req, markers=markers))
+        await driver.create(service, dataclasses.replace(req, markers=markers))
     again = await service.vm_by_uuid(datacenter="dc1", bios_uuid=existing.bios_uuid or "")
     assert again is not None
     assert again.ownership == theirs
     assert again.power_state is PowerState.ON
 
 
-async def test_a_vm_half_built_by_a_failed_tag_is_removed(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+async def test_a_vm_left_unfinished_by_a_failed_tag_is_kept_ours_and_finished_later(
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
 ) -> None:
     req = support.request(
         placement, markers, tag_ids=("urn:vmomi:InventoryServiceTag:missing:GLOBAL",)
     )
     with pytest.raises(VsphereError, match="tag"):
-        await service.create_vm(request=req)
-    assert await support.vm_names_in_folder(service, placement) == []
+        await driver.create(service, req)
+    kept = await service.vm_by_name(placement=placement, name=req.name)
+    assert kept is not None
+    assert kept.ownership == markers
+    assert kept.power_state is PowerState.OFF  # never powered on untagged
+    finished = await driver.create(service, dataclasses.replace(req, tag_ids=()))
+    assert (finished.moid, finished.power_state) == (kept.moid, PowerState.ON)
 
 
-async def test_a_vm_half_built_by_a_failed_power_on_is_removed(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+@pytest.mark.parametrize("fault", ["InsufficientResourcesFault", "TaskInProgress"])
+async def test_a_vm_whose_power_on_failed_is_kept_and_powered_on_by_the_next_attempt(
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
+    fault: str,
 ) -> None:
     await service.session()
-    await vcsim.control.fail_next_tasks("PowerOnVM_Task", 1, "InsufficientResourcesFault")
-    with pytest.raises(VsphereError, match="power on"):
-        await service.create_vm(request=support.request(placement, markers))
-    assert await support.vm_names_in_folder(service, placement) == []
+    req = support.request(placement, markers)
+    await vcsim.control.fail_next_tasks("PowerOnVM_Task", 1, fault)
+    with pytest.raises(VsphereError):
+        await driver.create(service, req)
+    assert await support.vm_names_in_folder(service, placement) == [req.name]
+    vm = await driver.create(service, req)  # the next pass: ours by name, powered on again
+    assert vm.power_state is PowerState.ON
+    assert await support.vm_names_in_folder(service, placement) == [req.name]
     assert (await vcsim.control.counters())["faults_injected"] == 1
 
 
 async def test_a_cancelled_create_leaves_the_half_built_vm_for_the_next_attempt(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
     request = dataclasses.replace(support.request(placement, markers), bios_uuid=str(uuid.uuid4()))
     await vcsim.control.set_delay("PowerOnVM_Task", 3000, stage="task")
     mark = await vcsim.control.last_seq()
-    create = asyncio.create_task(service.create_vm(request=request))
+    create = asyncio.create_task(driver.create(service, request))
 
     async def powering_on() -> bool:
         return "PowerOnVM_Task" in await _methods_since(vcsim, mark)
@@ -163,7 +185,7 @@ async def test_a_cancelled_create_leaves_the_half_built_vm_for_the_next_attempt(
     assert "Destroy_Task" not in methods
     assert "PowerOffVM_Task" not in methods
     await vcsim.control.clear_delays()
-    resumed = await service.create_vm(request=request)  # the next leader, from the checkpoint
+    resumed = await driver.create(service, request)  # the next leader, from the checkpoint
     assert resumed.moid == found.moid
     assert resumed.power_state is PowerState.ON
 
@@ -172,29 +194,27 @@ async def _methods_since(vcsim: Any, mark: int) -> list[str]:
     return [str(e.get("method") or e["path"]) for e in await vcsim.control.request_log(since=mark)]
 
 
-async def test_a_transient_task_failure_is_retried(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
-) -> None:
-    await service.session()
-    await vcsim.control.fail_next_tasks("PowerOnVM_Task", 2, "TaskInProgress")
-    vm = await service.create_vm(request=support.request(placement, markers))
-    assert vm.power_state is PowerState.ON
-    assert (await vcsim.control.counters())["faults_injected"] == 2
-
-
 async def test_tags_are_attached_by_id(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
     tag_id = await _make_tag(service)
-    vm = await service.create_vm(request=support.request(placement, markers, tag_ids=(tag_id,)))
+    vm = await driver.create(service, support.request(placement, markers, tag_ids=(tag_id,)))
     assert tag_id in await _attached_tags(service, vm.moid)
 
 
 async def test_facts_of_many_vms_cost_one_request(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
     made = await asyncio.gather(
-        *(service.create_vm(request=support.request(placement, markers)) for _ in range(4))
+        *(driver.create(service, support.request(placement, markers)) for _ in range(4))
     )
     uuids = [vm.bios_uuid or "" for vm in made]
     before = await vcsim.control.counters()
@@ -212,13 +232,14 @@ async def test_facts_of_many_vms_cost_one_request(
 
 
 async def test_lookup_by_uuid_in_a_fresh_session_finds_the_vm(
+    driver: TaskDriver,
     service: VsphereService,
     registry: Any,
     credentials: Any,
     placement: Placement,
     markers: OwnershipMarkers,
 ) -> None:
-    vm = await service.create_vm(request=support.request(placement, markers))
+    vm = await driver.create(service, support.request(placement, markers))
     await registry.close()
     fresh = VsphereService(
         registry=type(registry)(options=registry.options), credentials=credentials
@@ -235,21 +256,19 @@ async def test_lookup_by_uuid_in_a_fresh_session_finds_the_vm(
 
 
 async def test_delete_powers_off_and_destroys_our_vm_and_is_idempotent(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
 ) -> None:
-    vm = await service.create_vm(request=support.request(placement, markers))
+    vm = await driver.create(service, support.request(placement, markers))
     uuid_ = vm.bios_uuid or ""
-    deleted_before = _metric("agent_forge_vsphere_vm_operations_total", "delete", "success")
-    assert await service.delete_vm(datacenter="dc1", bios_uuid=uuid_, markers=markers) is True
-    assert _metric("agent_forge_vsphere_vm_operations_total", "delete", "success") == (
-        deleted_before + 1
-    )
+    assert await driver.delete(service, datacenter="dc1", bios_uuid=uuid_, markers=markers)
     assert await service.vm_by_uuid(datacenter="dc1", bios_uuid=uuid_) is None
-    assert await service.delete_vm(datacenter="dc1", bios_uuid=uuid_, markers=markers) is False
+    gone = await driver.delete(service, datacenter="dc1", bios_uuid=uuid_, markers=markers)
+    assert gone is False
 
 
 @pytest.mark.parametrize("owner", ["unmarked", "foreign"])
 async def test_delete_refuses_a_vm_that_is_not_ours_and_touches_nothing(
+    driver: TaskDriver,
     vcsim: Any,
     service: VsphereService,
     placement: Placement,
@@ -257,12 +276,14 @@ async def test_delete_refuses_a_vm_that_is_not_ours_and_touches_nothing(
     owner: str,
 ) -> None:
     other = dataclasses.replace(markers, vsphere_agent="someone-else")
-    vm = await service.create_vm(request=support.request(placement, other))
+    vm = await driver.create(service, support.request(placement, other))
     if owner == "unmarked":
         await _strip_markers(service, vm.moid)
     before = await vcsim.control.counters()
     with pytest.raises(OwnershipMismatch):
-        await service.delete_vm(datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers)
+        await driver.delete(
+            service, datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers
+        )
     after = await vcsim.control.counters()
     for method in ("PowerOffVM_Task", "Destroy_Task", "ReconfigVM_Task"):
         assert support.method_delta(before, after, method) == 0
@@ -272,28 +293,32 @@ async def test_delete_refuses_a_vm_that_is_not_ours_and_touches_nothing(
 
 
 async def test_stamping_adopts_an_unmarked_vm_and_is_idempotent(
-    service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver, service: VsphereService, placement: Placement, markers: OwnershipMarkers
 ) -> None:
-    vm = await service.create_vm(request=support.request(placement, markers))
+    vm = await driver.create(service, support.request(placement, markers))
     await _strip_markers(service, vm.moid)
-    stamped = await service.stamp_markers(
-        datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers
+    stamped = await driver.stamp(
+        service, datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers
     )
     assert stamped.ownership == markers
-    again = await service.stamp_markers(
-        datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers
+    again = await driver.stamp(
+        service, datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers
     )
     assert again.ownership == markers
 
 
 async def test_stamping_refuses_to_overwrite_another_owners_markers(
-    vcsim: Any, service: VsphereService, placement: Placement, markers: OwnershipMarkers
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
 ) -> None:
     theirs = dataclasses.replace(markers, pool_name="other-pool")
-    vm = await service.create_vm(request=support.request(placement, theirs))
+    vm = await driver.create(service, support.request(placement, theirs))
     before = await vcsim.control.counters()
     with pytest.raises(OwnershipMismatch):
-        await service.stamp_markers(datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers)
+        await driver.stamp(service, datacenter="dc1", bios_uuid=vm.bios_uuid or "", markers=markers)
     after = await vcsim.control.counters()
     assert support.method_delta(before, after, "ReconfigVM_Task") == 0
     got = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
@@ -301,12 +326,44 @@ async def test_stamping_refuses_to_overwrite_another_owners_markers(
     assert got.ownership == theirs
 
 
+@pytest.mark.parametrize("step", ["delete", "stamp"])
+async def test_a_started_task_is_in_progress_when_read_and_its_end_wakes_the_key(
+    driver: TaskDriver,
+    vcsim: Any,
+    service: VsphereService,
+    placement: Placement,
+    markers: OwnershipMarkers,
+    step: str,
+) -> None:
+    vm = await driver.create(service, support.request(placement, markers))
+    where = {"datacenter": "dc1", "bios_uuid": vm.bios_uuid or "", "markers": markers}
+    if step == "stamp":
+        await _strip_markers(service, vm.moid)
+    method = "PowerOffVM_Task" if step == "delete" else "ReconfigVM_Task"
+    await vcsim.control.set_delay(method, 3000, stage="task")
+    key = ObjectKey(f"test/{step}")
+    try:
+        slot = await driver.slot(service, key)
+        if step == "delete":
+            task = (await service.start_delete(**where, slot=slot)).task
+        else:
+            _, task = await service.start_stamp(**where, slot=slot)
+        assert task is not None
+        assert (await service.task(task_ref=task)).running  # looked up while it runs
+        done = await driver.ended(service, key, task)  # (woken by its end)
+    finally:
+        driver.waits.forget(key)
+        await vcsim.control.clear_delays()
+    assert (done.state, done.error) == (TaskState.SUCCESS, None)
+    got = await service.vm_by_uuid(datacenter="dc1", bios_uuid=vm.bios_uuid or "")
+    assert got is not None
+    if step == "delete":
+        assert got.power_state is PowerState.OFF
+    else:
+        assert got.ownership == markers
+
+
 # --- helpers ----------------------------------------------------------------------------
-
-
-def _metric(name: str, operation: str, result: str) -> float:
-    value = REGISTRY.get_sample_value(name, {"operation": operation, "result": result})
-    return value or 0.0
 
 
 async def _strip_markers(service: VsphereService, moid: str) -> None:

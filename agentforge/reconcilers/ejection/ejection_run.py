@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 MAX_STEPS: Final = 12
 TASK_WAIT_SECONDS: Final = 120.0
-"""Longest wait for a reconfigure or its question within one reconcile."""
+"""Longest a disconnect may take to start (it is followed, never waited for)."""
 POLL_SECONDS: Final = 5.0
 """Look again after this long when a task or an answer is still being applied."""
 STALE_SECONDS: Final = 1.0
@@ -283,7 +283,7 @@ async def _issue(
             )
         )
     finally:
-        if slot is not None and slot.task is None:
+        if slot.task is None:
             slot.release()
     if outcome.state is vsphere.EjectState.QUESTION_PENDING:
         reached(CrashPoint.DISCONNECT_ISSUED)
@@ -369,21 +369,9 @@ async def _follow(
     it. One that is not provably ours (its task is not the recorded one) ending is
     checked against fresh facts, never trusted."""
     record = op.record
-    if inputs.vcenter.waits is None:  # outside a controller: wait, as scripts do
-        outcome = await _bounded(
-            service.resume_eject(
-                datacenter=record.datacenter,
-                vm_uuid=record.bios_uuid,
-                device_key=record.device_key,
-            )
-        )
-    else:
-        outcome = await service.resume_eject(
-            datacenter=record.datacenter,
-            vm_uuid=record.bios_uuid,
-            device_key=record.device_key,
-            wait=False,
-        )
+    outcome = await service.resume_eject(
+        datacenter=record.datacenter, vm_uuid=record.bios_uuid, device_key=record.device_key
+    )
     if outcome.state is vsphere.EjectState.IN_PROGRESS and outcome.task_id:
         return _Running(outcome.task_id)
     if outcome.state is vsphere.EjectState.QUESTION_PENDING and record.phase is P.DISCONNECT_ISSUED:

@@ -17,8 +17,8 @@ makes no request beyond the fresh GET.
 Tasks (`VcenterHandle`): `claim_slot` takes one of the vCenter's task slots for this
 VsphereAgent (in its pool's turn, `vsphere.TaskSlotPending` when none is free) and
 `wait_task` ends a pass that started (or found running) a vCenter task: the controller's `TaskWaits`
-reconciles the key again when the task ends. A handle made outside a controller
-(no `waits`: unit tests with a stand-in service) claims no slot.
+reconciles the key again when the task ends. Nothing waits for a task: there is one
+way to run one, the controller's.
 
 Read your writes: the writer reports the resourceVersion of every write to the
 controller (`kube.controller.Controller.wrote`), which does not reconcile the key
@@ -79,8 +79,8 @@ class VcenterHandle:
 
     deps: Deps
     pool: VsphereAgentPool | None
-    key: ObjectKey | None = None
-    waits: TaskWaits | None = field(default=None, repr=False)
+    key: ObjectKey
+    waits: TaskWaits = field(repr=False)
     in_flight: bool = False
     """The VM's creation waits on vCenter (a task, a slot, a create in the folder)."""
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
@@ -99,13 +99,11 @@ class VcenterHandle:
             )
         return self._service
 
-    def claim_slot(self, service: vsphere.VsphereService) -> vsphere.Slot | None:
+    def claim_slot(self, service: vsphere.VsphereService) -> vsphere.Slot:
         """A task slot on the pool's vCenter (raises `vsphere.TaskSlotPending`: the key
-        waits its pool's turn); None outside a controller. The slot is handed over to
+        waits its pool's turn). The slot is handed over to
         this VsphereAgent when its task ends, for the VM's next task (the pass that
         needs none gives it back: `TaskWaits.give_back`)."""
-        if self.waits is None or self.key is None:
-            return None
         assert self.pool is not None
         return service.claim_task_slot(
             group=f"{self.pool.metadata.namespace}/{self.pool.metadata.name}",
@@ -116,8 +114,6 @@ class VcenterHandle:
     def awaiting(self, service: vsphere.VsphereService, task: str) -> bool:
         """This key already waits for `task` (followed, not ended): a pass woken by
         something else (its own status write) has nothing to ask vCenter."""
-        if self.waits is None or self.key is None:
-            return False
         return self.waits.awaiting(self.key, vcenter=service.vcenter, task=task)
 
     def note(
@@ -129,23 +125,15 @@ class VcenterHandle:
         about: str = "",
         vm: vsphere.VmFacts | None = None,
     ) -> None:
-        """Remember for this key's next pass a task no status field records (nothing
-        outside a controller)."""
-        if self.waits is not None and self.key is not None:
-            self.waits.note(
-                self.key, purpose, vcenter=service.vcenter, task=task, about=about, vm=vm
-            )
+        """Remember for this key's next pass a task no status field records."""
+        self.waits.note(self.key, purpose, vcenter=service.vcenter, task=task, about=about, vm=vm)
 
     def take_note(self, service: vsphere.VsphereService, purpose: str) -> Noted | None:
         """The task noted for `purpose` on this vCenter, forgotten now (read once)."""
-        if self.waits is None or self.key is None:
-            return None
         return self.waits.take(self.key, purpose, vcenter=service.vcenter)
 
     def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
         """End the pass: reconciled again when `task` (recorded in status) ends."""
-        assert self.waits is not None
-        assert self.key is not None
         self.in_flight = True
         return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
 
@@ -174,8 +162,8 @@ class VmInputs:
         agent: VsphereAgent,
         pool: VsphereAgentPool | None,
         now: datetime,
-        key: ObjectKey | None = None,
-        waits: TaskWaits | None = None,
+        key: ObjectKey,
+        waits: TaskWaits,
         spread: SpreadLedger | None = None,
     ) -> VmInputs:
         vcenter = VcenterHandle(deps=deps, pool=pool, key=key, waits=waits)

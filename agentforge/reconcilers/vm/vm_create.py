@@ -254,7 +254,7 @@ async def _begin(
         )
         return await _start(inputs, writer, service, record, _request(inputs, record), slot=slot)
     finally:  # (bound to the started task, or released by the start)
-        if slot is not None and slot.task is None:
+        if slot.task is None:
             slot.release()
 
 
@@ -269,7 +269,6 @@ async def _start(
 ) -> Result | None:
     """Start `CreateVM_Task` and record its moref; the task's end wakes the key."""
     slot = slot or inputs.vcenter.claim_slot(service)
-    assert slot is not None, "a VM is created by the vm controller only"
     try:
         started = await service.start_create(request=request, slot=slot)
     except vsphere.CreationInFlight as exc:
@@ -298,7 +297,6 @@ async def _converge(
 ) -> Result | None:
     """Our VM exists: tags, then the power-on started and noted (no status write)."""
     slot = inputs.vcenter.claim_slot(service)
-    assert slot is not None, "a VM is powered on by the vm controller only"
     try:
         task = await service.converge_vm(request=request, vm_moid=vm.moid, slot=slot)
     except vsphere.VsphereError as exc:

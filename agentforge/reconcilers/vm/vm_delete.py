@@ -185,7 +185,7 @@ async def _creation_settled(inputs: VmInputs, writer: StatusWriter) -> Result | 
         reason=R.VM_DELETING,
         message=f"waiting before deleting VM {record.vm_name}: {resumed.why}",
     )
-    if task is not None and task.running and inputs.vcenter.waits is not None:
+    if task is not None and task.running:
         return inputs.vcenter.wait_task(service, task.moid)
     return Result(requeue_after=vm_create.IN_FLIGHT_RECHECK_S)
 

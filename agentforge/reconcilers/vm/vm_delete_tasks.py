@@ -83,10 +83,6 @@ async def start(
     """Start the VM's next deletion step and record it; None when it is gone already."""
     assert vm.bios_uuid is not None
     slot = inputs.vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
-    if slot is None:  # outside a controller: wait, as scripts do
-        await service.delete_vm(datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=markers)
-        await _deleted(writer, vm.name, vm.bios_uuid)
-        return None
     step = await service.start_delete(
         datacenter=datacenter, bios_uuid=vm.bios_uuid, markers=markers, slot=slot
     )

@@ -6,11 +6,10 @@ deletion and ISO ejection all need them (the vSphere layer refuses to touch a VM
 that is not ours). The stamp is a `ReconfigVM_Task`; as every task of the `vm`
 controller it takes a task slot and is started, not waited for (docs/design/0005):
 
-* `ensure_stamped` returns the VM's facts when it is ours already (or after a wait,
-  outside a controller), else starts the stamp, notes the task in the controller's
-  `TaskWaits` (no status field records a stamp: it is idempotent, and after a restart
-  the VM's markers say whether it happened) and returns the result of waiting; the
-  task's end wakes the VsphereAgent;
+* `ensure_stamped` returns the VM's facts when it is ours already, else starts the
+  stamp, notes the task in the controller's `TaskWaits` (no status field records a
+  stamp: it is idempotent, and after a restart the VM's markers say whether it
+  happened) and returns the result of waiting; the task's end wakes the VsphereAgent;
 * the next pass reads the noted task's outcome once: still running -> wait; failed
   -> the typed error is raised for the caller to report (the next attempt, after the
   queue's backoff, starts a fresh stamp); ended -> the VM is read again, and its
@@ -37,17 +36,12 @@ async def ensure_stamped(
     markers: vsphere.OwnershipMarkers,
 ) -> vsphere.VmFacts | Result:
     """The VM, ours; or the result of waiting for the stamp that makes it ours."""
-    if vcenter.waits is None or vcenter.key is None:  # outside a controller: wait, as scripts do
-        return await service.stamp_markers(
-            datacenter=datacenter, bios_uuid=bios_uuid, markers=markers
-        )
     noted = vcenter.waits.noted(vcenter.key, PURPOSE, vcenter=service.vcenter)
     if noted is not None:
         waiting = await _outcome(vcenter, service, noted)
         if waiting is not None:
             return waiting
     slot = vcenter.claim_slot(service)  # raises TaskSlotPending: woken in the pool's turn
-    assert slot is not None
     vm, task = await service.start_stamp(
         datacenter=datacenter, bios_uuid=bios_uuid, markers=markers, slot=slot
     )
@@ -59,8 +53,6 @@ async def ensure_stamped(
 
 async def just_stamped(vcenter: VcenterHandle, service: vsphere.VsphereService) -> bool:
     """A stamp this VsphereAgent started has succeeded since its last pass (read once)."""
-    if vcenter.waits is None or vcenter.key is None:
-        return False
     noted = vcenter.waits.noted(vcenter.key, PURPOSE, vcenter=service.vcenter)
     if noted is None:
         return False
@@ -77,8 +69,6 @@ async def just_stamped(vcenter: VcenterHandle, service: vsphere.VsphereService) 
 async def _outcome(
     vcenter: VcenterHandle, service: vsphere.VsphereService, noted: str
 ) -> Result | None:
-    assert vcenter.waits is not None
-    assert vcenter.key is not None
     try:
         task = await service.task(task_ref=noted)
     except vsphere.NotFound:

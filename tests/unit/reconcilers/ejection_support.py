@@ -7,12 +7,19 @@ it. `FakeVsphere` has the `VsphereService` surface the ejection uses, checks mar
 media and question ids as the real layer does, and records every call together with
 the phase of `status.isoEjection` stored in the `FakeApi` at that moment, so a test
 can prove a checkpoint came before the vSphere call it guards.
+
+Tasks run as vCenter runs them for the operator (docs/design/0005): a start takes a
+slot of the registry, reports the task `IN_PROGRESS` and returns; the task's end (or
+the lock question) is news through the registry, which wakes the key through the
+controller's `TaskWaits`. A task ends right after it started (or was found running),
+unless `FakeVm.slow`: then it runs on until the test calls `FakeVsphere.end`.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -21,9 +28,11 @@ from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import ISOEjectionRecord, VsphereAgent
+from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.ejection import ejection_decide as decide
 from agentforge.reconcilers.ejection.ejection_decide import Device, Observation
 from agentforge.reconcilers.vm.vm_context import StatusWriter, VcenterHandle, VmInputs
+from agentforge.reconcilers.waits.task_waits import TaskWaits
 from agentforge.vsphere import facts as vfacts
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi, Harness, harness
@@ -179,8 +188,12 @@ class FakeVm:
     locked: bool = False
     running: int | None = None
     """Device key of our reconfigure while it runs."""
+    slow: bool = False
+    """Its tasks run on until `FakeVsphere.end` (else they end right after starting)."""
     next_question: int = 1
     task: str = "task-7"
+    """The reconfigure running (or last run) on the VM."""
+    next_task: int = 7
 
     def facts(self) -> vsphere.VmFacts:
         return vm_facts(
@@ -204,10 +217,18 @@ class FakeVm:
 @dataclass
 class FakeVsphere:
     api: FakeApi
+    registry: vsphere.SessionRegistry
     vm: FakeVm | None = field(default_factory=FakeVm)
     calls: list[tuple[str, str | None]] = field(default_factory=list)
     fail: dict[str, vsphere.VsphereError] = field(default_factory=dict)
     credentials: Any = field(default_factory=lambda: SimpleNamespace(netloc=SERVER))
+    tasks: dict[str, vsphere.TaskState] = field(default_factory=dict)
+    """Every task started (or found running), by moref."""
+    _ending: dict[str, Callable[[], None]] = field(default_factory=dict)
+
+    @property
+    def vcenter(self) -> str:
+        return SERVER
 
     def _stored_phase(self) -> str | None:
         obj = self.api.find(kinds.VSPHERE_AGENT, ps.NS, VA) or {}
@@ -224,11 +245,66 @@ class FakeVsphere:
     def methods(self) -> list[str]:
         return [m for m, _ in self.calls]
 
+    # --- tasks ---------------------------------------------------------------------------
+
+    def claim_task_slot(self, *, group: str, token: str, keep: bool = False) -> vsphere.Slot:
+        return self.registry.claim_task_slot(SERVER, group=group, token=token, keep=keep)
+
+    def _started(self, task: str, slot: vsphere.Slot | None, effect: Callable[[], None]) -> None:
+        """`task` runs (in `slot`); `effect` is what its end does to the VM. It ends at
+        once unless the VM is slow."""
+        if slot is not None:
+            slot.bind(task)
+        self.tasks[task] = vsphere.TaskState.RUNNING
+        self._ending[task] = effect
+        assert self.vm is not None
+        if not self.vm.slow:
+            self.end(task)
+
+    def end(self, task: str) -> None:
+        """The task ends: its effect, its slot freed, and the news (as `task_follow`)."""
+        self._ending.pop(task)()
+        self.tasks[task] = vsphere.TaskState.SUCCESS
+        self.registry.task_slots(SERVER).finished(task)
+        self.registry._task_ended(SERVER, task)
+
+    async def task(self, *, task_ref: str) -> vsphere.TaskFacts:
+        self.calls.append(("task", self._stored_phase()))
+        if task_ref not in self.tasks:
+            raise vsphere.NotFound(f"vCenter no longer knows task {task_ref}")
+        return vsphere.TaskFacts(moid=task_ref, state=self.tasks[task_ref])
+
+    async def follow_task(self, *, task_ref: str) -> None:
+        self.calls.append(("follow_task", self._stored_phase()))
+
+    # --- the VM ----------------------------------------------------------------------
+
     async def vm_by_uuid(self, *, datacenter: str, bios_uuid: str) -> vsphere.VmFacts | None:
         self.calls.append(("vm_by_uuid", self._stored_phase()))
         if "vm_by_uuid" in self.fail:
             raise self.fail.pop("vm_by_uuid")
         return None if self.vm is None else self.vm.facts()
+
+    async def start_stamp(
+        self,
+        *,
+        datacenter: str,
+        bios_uuid: str,
+        markers: vsphere.OwnershipMarkers,
+        slot: vsphere.Slot,
+    ) -> tuple[vsphere.VmFacts, str | None]:
+        try:
+            vm = self._call("start_stamp")
+            if vm.owner == markers:
+                return vm.facts(), None
+            if vm.owner is not None:
+                raise vsphere.OwnershipMismatch("another owner's markers")
+            facts = vm.facts()
+            self._started("task-stamp", slot, lambda: setattr(vm, "owner", markers))
+            return facts, "task-stamp"
+        finally:
+            if slot.task is None:
+                slot.release()
 
     async def eject_cdrom(
         self,
@@ -238,37 +314,35 @@ class FakeVsphere:
         device_key: int,
         expected_backing: str,
         markers: vsphere.OwnershipMarkers,
-        slot: Any = None,
+        slot: vsphere.Slot,
     ) -> vsphere.EjectOutcome:
-        vm = self._call("eject_cdrom")
-        if vm.owner != markers:
-            raise vsphere.OwnershipMismatch("not ours")
-        device = vm.cdroms[device_key]
-        if device.backing_file != expected_backing:
-            raise vsphere.MediaMismatch("media changed")
-        vm.running = device_key
-        if vm.locked:
-            asked = question(f"_vmx{vm.next_question}")
-            vm.next_question += 1
-            vm.questions.append(asked)
+        try:
+            vm = self._call("eject_cdrom")
+            if vm.owner != markers:
+                raise vsphere.OwnershipMismatch("not ours")
+            if vm.running is not None and vm.questions and vm.questions[0].is_cdrom_lock:
+                return self._resumed(vm, device_key)
+            device = vm.cdroms[device_key]
+            if device.backing_file != expected_backing:
+                raise vsphere.MediaMismatch("media changed")
+            vm.task = f"task-{vm.next_task}"
+            vm.next_task += 1
+            vm.running = device_key
+            if vm.locked:  # the reconfigure runs on, the VM asks: news too
+                slot.bind(vm.task)
+                self.tasks[vm.task] = vsphere.TaskState.RUNNING
+                self._ending[vm.task] = lambda: vm.finish(device_key)
+                vm.questions.append(question(f"_vmx{vm.next_question}"))
+                vm.next_question += 1
+                self.registry._task_ended(SERVER, vm.task)
+            else:
+                self._started(vm.task, slot, lambda: vm.finish(device_key))
             return vsphere.EjectOutcome(
-                vsphere.EjectState.QUESTION_PENDING,
-                "vm-42",
-                device_key,
-                task_id=vm.task,
-                question=vm.questions[0],
+                vsphere.EjectState.IN_PROGRESS, "vm-42", device_key, task_id=vm.task
             )
-        vm.finish(device_key)
-        return vsphere.EjectOutcome(
-            vsphere.EjectState.EJECTED, "vm-42", device_key, task_id=vm.task
-        )
-
-    async def stamp_markers(
-        self, *, datacenter: str, bios_uuid: str, markers: vsphere.OwnershipMarkers
-    ) -> vsphere.VmFacts:
-        vm = self._call("stamp_markers")
-        vm.owner = markers
-        return vm.facts()
+        finally:
+            if slot.task is None:
+                slot.release()
 
     async def answer_cdrom_lock_question(
         self, *, datacenter: str, vm_uuid: str, question_id: str, markers: vsphere.OwnershipMarkers
@@ -279,13 +353,24 @@ class FakeVsphere:
             raise vsphere.QuestionRefused("not the recorded lock question")
         vm.questions.pop(0)
         vm.locked = False
-        if vm.running is not None:
-            vm.finish(vm.running)
+        if vm.running is not None and not vm.slow:
+            self.end(self._reconfigure(vm))
+
+    def _reconfigure(self, vm: FakeVm) -> str:
+        """The reconfigure running on the VM (one an earlier process started, too)."""
+        key = vm.running
+        assert key is not None
+        if vm.task not in self._ending:
+            self._ending[vm.task] = lambda: vm.finish(key)
+            self.tasks[vm.task] = vsphere.TaskState.RUNNING
+        return vm.task
 
     async def resume_eject(
-        self, *, datacenter: str, vm_uuid: str, device_key: int, wait: bool = True
+        self, *, datacenter: str, vm_uuid: str, device_key: int
     ) -> vsphere.EjectOutcome:
-        vm = self._call("resume_eject")
+        return self._resumed(self._call("resume_eject"), device_key)
+
+    def _resumed(self, vm: FakeVm, device_key: int) -> vsphere.EjectOutcome:
         if vm.running is not None and vm.questions:
             return vsphere.EjectOutcome(
                 vsphere.EjectState.QUESTION_PENDING,
@@ -294,10 +379,12 @@ class FakeVsphere:
                 task_id=vm.task,
                 question=vm.questions[0],
             )
-        if vm.running is not None:
-            vm.finish(vm.running)
+        if vm.running is not None:  # followed; its end is news
+            task = self._reconfigure(vm)
+            if not vm.slow:
+                self.end(task)
             return vsphere.EjectOutcome(
-                vsphere.EjectState.EJECTED, "vm-42", device_key, task_id=vm.task
+                vsphere.EjectState.IN_PROGRESS, "vm-42", device_key, task_id=task
             )
         found = vm.cdroms.get(device_key)
         if found is not None and found.backing_file is None:
@@ -316,10 +403,16 @@ class FakeVsphere:
 # --- a reconcile's context over the fakes ----------------------------------------------------
 
 
+KEY = ObjectKey(f"{ps.NS}/{VA}")
+
+
 @dataclass
 class Setup:
     h: Harness
     service: FakeVsphere
+    waits: TaskWaits
+    woken: list[ObjectKey]
+    """Keys the registry's news woke (the controller would reconcile them)."""
 
     @property
     def api(self) -> FakeApi:
@@ -353,6 +446,8 @@ class Setup:
         vcenter = VcenterHandle(
             deps=self.h.deps,
             pool=pool,
+            key=KEY,
+            waits=self.waits,
             _service=self.service,  # type: ignore[arg-type]
         )
         inputs = VmInputs(
@@ -366,7 +461,8 @@ class Setup:
         return inputs, StatusWriter.of(self.h.deps, inputs)
 
     def vsphere_writes(self) -> list[str]:
-        return [m for m in self.service.methods() if m != "vm_by_uuid" and m != "resume_eject"]
+        reads = {"vm_by_uuid", "resume_eject", "task", "follow_task"}
+        return [m for m in self.service.methods() if m not in reads]
 
 
 def setup(
@@ -374,5 +470,9 @@ def setup(
 ) -> Setup:
     pool = ps.pool_obj(iso={"ejectAfterInstall": eject})
     h = harness(pool, *objs)
-    service = FakeVsphere(api=h.api, vm=None if no_vm else (vm or FakeVm()))
-    return Setup(h=h, service=service)
+    registry = vsphere.SessionRegistry()
+    service = FakeVsphere(api=h.api, registry=registry, vm=None if no_vm else (vm or FakeVm()))
+    waits = TaskWaits(registry, controller="vm")
+    woken: list[ObjectKey] = []
+    waits.bind(woken.append)
+    return Setup(h=h, service=service, waits=waits, woken=woken)

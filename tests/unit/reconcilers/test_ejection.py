@@ -18,6 +18,7 @@ from agentforge.reconcilers.ejection import ejection
 from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
 from agentforge.reconcilers.vm import vm
 from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
+from agentforge.reconcilers.waits.task_waits import TASK_RECHECK_S
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi
@@ -27,8 +28,15 @@ STEP = ejection.Ejection()
 
 
 async def reconcile(s: es.Setup) -> Result | None:
-    inputs, writer = s.ctx()
-    return await STEP.reconcile(inputs=inputs, writer=writer)
+    """A pass, and another each time the registry's news woke the key (a task it waits
+    for ended), as the vm controller runs them: the last pass's result."""
+    for _ in range(10):
+        s.woken.clear()
+        inputs, writer = s.ctx()
+        result = await STEP.reconcile(inputs=inputs, writer=writer)
+        if not s.woken:
+            return result
+    raise AssertionError("woken again and again")
 
 
 def status_writes(api: FakeApi) -> list[JsonObj]:
@@ -56,8 +64,13 @@ def events(s: es.Setup) -> list[str]:
 async def test_the_record_is_stored_and_read_back_before_the_disconnect() -> None:
     s = installed()
     assert await reconcile(s) is None
-    assert s.service.calls == [("vm_by_uuid", None), ("eject_cdrom", "DisconnectIssued")]
-    assert phases_written(s.api) == ["Recorded", "DisconnectIssued", None]
+    assert s.service.calls == [
+        ("vm_by_uuid", None),
+        ("eject_cdrom", "DisconnectIssued"),
+        ("vm_by_uuid", "DisconnectIssued"),  # woken by the task's end: the device is empty
+    ]
+    assert phases_written(s.api) == ["Recorded", "DisconnectIssued", "DisconnectIssued", None]
+    assert status_writes(s.api)[2]["isoEjection"]["taskRef"] == "task-7"  # the started task
     first = status_writes(s.api)[0]
     assert first["isoEjection"]["isoPath"] == es.ISO
     assert first["isoEjection"]["deviceKey"] == 3000
@@ -119,12 +132,14 @@ async def test_a_locked_door_is_answered_once_with_the_question_id_recorded_firs
     assert s.service.calls == [
         ("vm_by_uuid", None),
         ("eject_cdrom", "DisconnectIssued"),
+        ("vm_by_uuid", "DisconnectIssued"),  # woken by the question
+        ("resume_eject", "DisconnectIssued"),
         ("answer:_vmx1", "QuestionRecorded"),
         ("resume_eject", "Answered"),
     ]
     recorded = [w["isoEjection"] for w in status_writes(s.api) if w.get("isoEjection")]
-    assert [r.get("questionID") for r in recorded] == [None, None, "_vmx1", "_vmx1"]
-    assert recorded[2]["taskRef"] == "task-7"
+    assert [r.get("questionID") for r in recorded] == [None, None, None, "_vmx1", "_vmx1"]
+    assert [r.get("taskRef") for r in recorded] == [None, None, "task-7", "task-7", "task-7"]
     assert s.reason() == "Ejected"
     assert EjectionEvent.QUESTION_ANSWERED in events(s)
 
@@ -160,11 +175,71 @@ async def test_a_vm_with_two_cdroms_holding_pool_isos_has_both_ejected() -> None
 async def test_an_unmarked_vm_with_the_recorded_name_is_stamped_after_the_checkpoint() -> None:
     s = installed(vm=es.FakeVm(owner=None))
     assert await reconcile(s) is None
-    assert s.service.calls[:3] == [
+    assert s.service.calls == [
         ("vm_by_uuid", None),
-        ("stamp_markers", "Recorded"),
+        ("start_stamp", "Recorded"),
+        ("vm_by_uuid", "Recorded"),  # woken by the stamp's end
+        ("task", "Recorded"),  # its outcome, read once
         ("eject_cdrom", "DisconnectIssued"),
+        ("vm_by_uuid", "DisconnectIssued"),
     ]
+    assert s.reason() == "Ejected"
+    assert events(s) == [
+        EjectionEvent.STARTED,
+        EjectionEvent.MARKERS_STAMPED,
+        EjectionEvent.EJECTED,
+    ]
+
+
+# --- a task still running (IN_PROGRESS) ----------------------------------------------------
+
+
+async def test_a_running_disconnect_ends_the_pass_and_its_end_wakes_the_key() -> None:
+    s = installed(vm=es.FakeVm(slow=True))
+    assert await reconcile(s) == Result(requeue_after=TASK_RECHECK_S)
+    stored = s.stored_record()
+    assert stored is not None
+    assert (stored["phase"], stored["taskRef"]) == ("DisconnectIssued", "task-7")
+    assert s.reason() == "EjectionInProgress"
+    assert s.waits.waiting(es.KEY)
+    # a pass woken by something else meanwhile (its own write): nothing to ask vCenter
+    calls = s.service.methods()
+    assert await reconcile(s) == Result(requeue_after=TASK_RECHECK_S)
+    assert s.service.methods() == calls
+    s.service.end("task-7")
+    assert es.KEY in s.woken
+    assert await reconcile(s) is None
+    assert s.reason() == "Ejected"
+    assert s.stored_record() is None
+    assert s.service.methods().count("eject_cdrom") == 1
+
+
+async def test_a_running_disconnect_found_after_a_restart_is_followed_not_sent_again() -> None:
+    vm = es.FakeVm(running=3000, slow=True)
+    s = with_record("DisconnectIssued", vm=vm, taskRef="task-7")
+    assert await reconcile(s) == Result(requeue_after=TASK_RECHECK_S)
+    assert s.service.methods() == ["vm_by_uuid", "resume_eject"]  # resumed: IN_PROGRESS
+    assert s.waits.waiting(es.KEY)
+    s.service.end("task-7")
+    assert await reconcile(s) is None
+    assert s.reason() == "Ejected"
+    assert s.vsphere_writes() == []
+
+
+async def test_a_running_stamp_ends_the_pass_and_is_read_once_it_ended() -> None:
+    s = installed(vm=es.FakeVm(owner=None, slow=True))
+    assert await reconcile(s) == Result(requeue_after=TASK_RECHECK_S)
+    assert s.vsphere_writes() == ["start_stamp"]
+    # a pass woken by something else meanwhile: the stamp still runs, nothing new starts
+    assert await reconcile(s) == Result(requeue_after=TASK_RECHECK_S)
+    assert s.vsphere_writes() == ["start_stamp"]
+    assert s.service.methods()[-2:] == ["task", "follow_task"]
+    s.service.end("task-stamp")
+    assert await reconcile(s) == Result(requeue_after=TASK_RECHECK_S)  # the disconnect runs
+    assert s.vsphere_writes() == ["start_stamp", "eject_cdrom"]
+    assert EjectionEvent.MARKERS_STAMPED in events(s)
+    s.service.end("task-7")
+    assert await reconcile(s) is None
     assert s.reason() == "Ejected"
 
 
@@ -334,7 +409,7 @@ async def test_an_answer_already_given_before_a_crash_is_not_given_again() -> No
 async def test_a_disconnect_recorded_but_never_sent_is_sent_once_after_a_restart() -> None:
     s = with_record("DisconnectIssued", vm=es.FakeVm())
     assert await reconcile(s) is None
-    assert s.service.methods() == ["vm_by_uuid", "resume_eject", "eject_cdrom"]
+    assert s.service.methods() == ["vm_by_uuid", "resume_eject", "eject_cdrom", "vm_by_uuid"]
     assert s.reason() == "Ejected"
 
 

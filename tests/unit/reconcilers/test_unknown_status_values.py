@@ -186,8 +186,11 @@ async def test_a_record_in_an_unknown_phase_is_kept_and_nothing_is_sent_to_vsphe
     assert (stored["phase"], stored["disconnectStarted"]) == (UNKNOWN, True)  # as written
 
 
-async def test_a_disconnect_still_running_in_an_unknown_phase_is_waited_for_and_finished() -> None:
+async def test_a_disconnect_still_running_in_an_unknown_phase_is_followed_and_finished() -> None:
     s = with_unknown_record(es.FakeVm(running=3000))
+    inputs, writer = s.ctx()
+    assert await STEP.reconcile(inputs=inputs, writer=writer) == Result(requeue_after=300.0)
+    assert s.woken == [es.KEY]  # its end was news
     inputs, writer = s.ctx()
     assert await STEP.reconcile(inputs=inputs, writer=writer) is None
     assert s.vsphere_writes() == []
