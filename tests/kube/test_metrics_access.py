@@ -5,14 +5,18 @@ The operator runs as a deployment runs it (`install_operator`: its generated RBA
 including `create` on tokenreviews and subjectaccessreviews), the reader is the
 shipped `config/prometheus/metrics_reader.yaml` identity bound to the shipped
 metrics-reader ClusterRole, and every token comes from the TokenRequest API. The
-operator's reviews go through the counting proxy, so their cost is measured.
+operator's reviews go through the counting proxy, so their cost is measured: also
+under a flood of made-up tokens, which costs the review budget, not a review each.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import ssl
+import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +24,7 @@ import aiohttp
 import pytest
 from cryptography import x509
 
+from agentforge.kube.access_review import REVIEW_BURST, REVIEW_RATE
 from sim.controlplane import identities
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane
@@ -107,6 +112,32 @@ async def test_repeated_scrapes_are_answered_from_the_review_caches(
     # Prometheus' usual 15 s would cost the same): the rest came from the caches.
     assert counts.get(TOKEN_REVIEWS) == 1
     assert counts.get(ACCESS_REVIEWS) == 1
+
+
+async def test_a_flood_of_made_up_tokens_costs_the_api_server_the_review_budget_only(
+    operator: OperatorProcess, reader: MetricsReader, proxy: ProxyControl
+) -> None:
+    assert (await operator.get_metrics(token=reader.token))[0] == 200  # known from now on
+    await proxy.reset_counts()
+    statuses: Counter[int] = Counter()
+    flood = 300
+    started = time.monotonic()
+    for _ in range(flood):
+        statuses[(await operator.get_metrics(token=secrets.token_urlsafe(24)))[0]] += 1
+    elapsed = time.monotonic() - started
+    reviews = (await proxy.counts(operator_user())).get(TOKEN_REVIEWS, 0)
+    # Refused (401) after a review, or turned away (429) without one: each made-up
+    # token is one or the other, and the reviews are the bucket's burst (less the one
+    # the reader spent) plus its refill while the flood lasted, not one per token.
+    assert set(statuses) == {401, 429}
+    assert statuses[401] == reviews
+    assert statuses[429] == flood - reviews
+    assert REVIEW_BURST - 1 <= reviews <= REVIEW_BURST + math.ceil(REVIEW_RATE * elapsed)
+    # The reader's token stayed cached through the flood: still answered, no review.
+    assert (await operator.get_metrics(token=reader.token))[0] == 200
+    counts = await proxy.counts(operator_user())
+    assert counts.get(TOKEN_REVIEWS, 0) == reviews
+    assert ACCESS_REVIEWS not in counts
 
 
 async def test_without_a_mounted_certificate_a_self_signed_one_is_served_with_the_same_checks(
