@@ -135,7 +135,7 @@ async def test_a_flood_of_made_up_tokens_costs_the_api_server_the_review_budget_
     # Refused (401) after a review, or turned away (429) without one: each made-up
     # token is one or the other, and the reviews are the bucket's burst (less the one
     # the reader spent) plus its refill while the flood lasted, not one per token.
-    assert set(statuses) == {401, 429}
+    assert set(statuses) <= {401, 429}
     assert statuses[401] == reviews
     assert statuses[429] == flood - reviews
     assert REVIEW_BURST - 1 <= reviews <= REVIEW_BURST + math.ceil(REVIEW_RATE * elapsed)
