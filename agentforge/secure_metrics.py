@@ -12,9 +12,11 @@
 * `authorization_middleware(reviewer)`: every request needs `Authorization: Bearer
   <token>`; the API server authenticates the token (TokenReview) and authorises its
   user for `<method> <path>` as a non-resource URL (SubjectAccessReview), both
-  through `agentforge.kube.access_review` with its caches. No token or a token the
-  API server rejects: 401. A known user without the permission: 403. A review that
-  could not be made: 500, so a broken API connection is not mistaken for a denial.
+  through `agentforge.kube.access_review` with its caches and its budget for unknown
+  tokens. No token or a token the API server rejects: 401. An unknown token while
+  that budget is spent: 429 with Retry-After, without a review. A known user without
+  the permission: 403. A review that could not be made: 500, so a broken API
+  connection is not mistaken for a denial.
 
 Why `cryptography` (a runtime dependency): the standard `ssl` module can serve a
 certificate but not make one, and pyca's package is the maintained X.509 library for
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import ssl
 import subprocess
@@ -41,7 +44,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agentforge.kube.access_review import AccessReviewer, ReviewUnavailable, Verdict
+from agentforge.kube.access_review import (
+    AccessReviewer,
+    ReviewThrottled,
+    ReviewUnavailable,
+    Verdict,
+)
 from agentforge.kube.client import KubeClient
 from agentforge.settings import Settings
 
@@ -221,6 +229,12 @@ def authorization_middleware(reviewer: AccessReviewer) -> Middleware:
         verb, path = request.method.lower(), request.path
         try:
             decision = await reviewer.review(bearer_token(request), verb=verb, path=path)
+        except ReviewThrottled as exc:
+            log.debug("metrics request not reviewed: %s", exc, extra={"path": path})
+            retry = str(max(1, math.ceil(exc.retry_after)))
+            return web.Response(
+                status=429, text="Too many requests\n", headers={"Retry-After": retry}
+            )
         except ReviewUnavailable as exc:
             log.warning("cannot check a metrics request: %s", exc, extra={"path": path})
             return web.Response(status=500, text="Authentication or authorization failed\n")

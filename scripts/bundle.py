@@ -24,10 +24,16 @@ How each object of config/default lands in the bundle:
   `ensureSingletonRBAC`), which would let the operator read every Secret of the
   cluster. The credentials-reader ClusterRole ships unbound; the administrator binds it
   in each credentials namespace, as for the other install paths (docs/installation.md);
-* the Namespace, the ServiceAccount and the role bindings: left out, OLM makes them;
-* the NetworkPolicies: left out. OLM v1 refuses NetworkPolicies in a bundle, and OLM v0
-  accepts them only since late-2025 z-streams (OpenShift 4.14 and later backports);
-  docs/installation.md says how to apply `config/network-policy` to the namespace.
+* the NetworkPolicies: plain manifests too, installed into the operator's namespace.
+  NetworkPolicy is a bundle kind since operator-registry v1.55.0 (operator-registry
+  #1675, 2025): OpenShift 4.20's OLM (v0 and v1) installs it, and OpenShift carried
+  it back to the z-streams of 4.12 to 4.19 (OCPBUGS-61469 for 4.14, OCPBUGS-60380 for
+  OLM v1 on 4.19). An older OLM fails the install plan on an unsupported kind:
+  docs/installation.md names the z-stream to update to, and the way around it;
+* the Namespace, the ServiceAccount and the role bindings: left out, OLM makes them.
+
+A CSV that declares `disconnected` while naming an image by tag is refused
+(`bundle_csv.disconnected_problems`), both when generating and in `--check`.
 
 Any other kind in config/default fails the generation rather than being dropped
 silently. The bundle image is built with `bundle/bundle.Dockerfile` (context `bundle/`).
@@ -86,13 +92,13 @@ _AS_MANIFEST = {
     "PodDisruptionBudget",
     "ClusterRole",
     "ConfigMap",
+    "NetworkPolicy",
 }
 _LEFT_OUT = {
     "Namespace": "OLM installs into the namespace of the Subscription",
     "ServiceAccount": "OLM creates the CSV's serviceAccountName",
     "ClusterRoleBinding": "OLM binds clusterPermissions",
     "RoleBinding": "OLM binds permissions",
-    "NetworkPolicy": "OLM v1 refuses it in bundles",
 }
 
 
@@ -189,11 +195,14 @@ def render(image: str | None = None) -> dict[Path, str]:
         image=str(manager["image"]),
         suggested_namespace=str(deployment["metadata"]["namespace"]),
     )
+    problems = bundle_csv.disconnected_problems(csv)
+    if problems:
+        raise SystemExit("error: " + "; ".join(problems))
     files: dict[Path, str] = {}
     manifests = BUNDLE / "manifests"
     files[manifests / f"{PACKAGE}.clusterserviceversion.yaml"] = to_yaml(csv)
     extras = crds + unbound_roles
-    for kind in ("Service", "PodDisruptionBudget", "ConfigMap"):
+    for kind in ("Service", "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"):
         extras += by_kind.get(kind, [])
     for obj in extras:
         files[manifests / _file_name(obj)] = to_yaml(_plain(obj))
@@ -247,10 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    if args.image and "@sha256:" not in args.image:
+    if args.image and not bundle_csv.pinned(args.image):
         print(
-            "note: the CSV names the image by tag; OpenShift mirrors images for "
-            "disconnected clusters by digest, so release bundles use IMG=<name>@sha256:...",
+            "note: the CSV names the image by tag, so it does not declare disconnected "
+            "support (mirrors find images by digest); release bundles use "
+            "IMG=<name>@sha256:...",
             file=sys.stderr,
         )
     print(f"wrote {len(files)} files under bundle/")

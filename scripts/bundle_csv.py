@@ -12,16 +12,22 @@ What the CSV declares, and why:
   minimum OpenShift version for Red Hat's catalogs);
 * infrastructure features (`features.operators.openshift.io/*`, and the older list in
   `operators.openshift.io/infrastructure-features`):
-  - disconnected: true. The operator needs no internet: it talks to the API server,
-    to vCenter, and downloads the discovery ISO from the cluster's own image service
-    (the InfraEnv's `isoDownloadURL`); its one image is listed in `relatedImages` for
-    mirroring (release bundles name it by digest: `make bundle IMG=...@sha256:...`);
+  - disconnected: true only when every image the bundle names (the Deployment's
+    containers, `containerImage`, `relatedImages`) is pinned by digest. The operator
+    needs no internet: it talks to the API server, to vCenter, and downloads the
+    discovery ISO from the cluster's own image service (the InfraEnv's
+    `isoDownloadURL`); but a mirror for a disconnected cluster is found by digest
+    (ImageContentSourcePolicy / ImageDigestMirrorSet), so a tag would not be pulled
+    there. With a tag (the development bundle, `agent-forge:dev`) the CSV says false,
+    and `disconnected_problems` refuses a CSV that claims true beside a tag;
   - proxy-aware: true. OLM injects the cluster proxy's HTTP(S)_PROXY/NO_PROXY into the
     Deployment; ISO downloads honour them (docs/configuration.md);
   - fips-compliant: false (not proven: the image's Python and OpenSSL are not
     FIPS-validated builds); tls-profiles: false (the /metrics server does not follow
     the cluster's TLS security profile); token-auth-aws/azure/gcp: false (no cloud
     tokens); cnf/cni/csi: false;
+* maintainers, links and the provider's URL (`MAINTAINERS`, `LINKS`), which catalogs
+  show and OperatorHub requires;
 * owned CRDs with descriptors generated from their OpenAPI schemas: every spec leaf (three
   levels deep), every top-level status field, with the console's x-descriptors for
   booleans, numbers, enums, Secret references and conditions.
@@ -36,12 +42,21 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["INFRASTRUCTURE_FEATURES", "csv", "descriptors", "display_name"]
+__all__ = [
+    "INFRASTRUCTURE_FEATURES",
+    "LINKS",
+    "MAINTAINERS",
+    "csv",
+    "descriptors",
+    "disconnected_problems",
+    "display_name",
+    "pinned",
+]
 
 JsonObj = dict[str, Any]
 
 INFRASTRUCTURE_FEATURES = {
-    "disconnected": "true",
+    "disconnected": "true",  # with digests only: `csv()` says false for a tag
     "fips-compliant": "false",
     "proxy-aware": "true",
     "tls-profiles": "false",
@@ -52,6 +67,56 @@ INFRASTRUCTURE_FEATURES = {
     "cni": "false",
     "csi": "false",
 }
+PROVIDER = {"name": "containeroo", "url": "https://containeroo.ch"}
+MAINTAINERS = [{"name": "containeroo", "email": "hello@containeroo.ch"}]
+LINKS = [
+    {"name": "containeroo", "url": "https://containeroo.ch"},
+    {
+        "name": "agent-forge-operator (the Go operator this one replaces)",
+        "url": "https://github.com/containeroo/agent-forge-operator",
+    },
+]
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def pinned(image: str) -> bool:
+    """Whether `image` names its content by digest (`name@sha256:<64 hex>`)."""
+    return bool(_DIGEST.search(image))
+
+
+def _images(csv: JsonObj) -> list[str]:
+    images = [str(csv["metadata"]["annotations"].get("containerImage", ""))]
+    images += [str(i["image"]) for i in csv["spec"].get("relatedImages") or []]
+    for deployment in csv["spec"]["install"]["spec"]["deployments"]:
+        pod = deployment["spec"]["template"]["spec"]
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            images.append(str(container["image"]))
+    return images
+
+
+def disconnected_problems(csv: JsonObj) -> list[str]:
+    """Why `csv` may not declare `disconnected` (empty when it may, or does not)."""
+    annotations = csv["metadata"]["annotations"]
+    claims = annotations.get("features.operators.openshift.io/disconnected") == "true" or (
+        "disconnected"
+        in json.loads(annotations.get("operators.openshift.io/infrastructure-features", "[]"))
+    )
+    if not claims:
+        return []
+    problems = [
+        f"{image or '(empty)'}: not pinned by digest, yet the CSV declares disconnected"
+        for image in dict.fromkeys(_images(csv))
+        if not _DIGEST.search(image)  # not `pinned`: the check stands apart from `csv()`
+    ]
+    related = {str(i["image"]) for i in csv["spec"].get("relatedImages") or []}
+    problems += [
+        f"{image}: run by the CSV but missing from relatedImages (a mirror would not copy it)"
+        for image in dict.fromkeys(_images(csv))
+        if image not in related
+    ]
+    return problems
+
+
 DESCRIPTION = """\
 agent-forge turns HyperShift Agent-platform autoscaling demand into vSphere VMs. When a
 NodePool grows, CAPI's AgentMachines wait with `Ready=False, reason NoSuitableAgents`;
@@ -185,9 +250,10 @@ def csv(
     """The ClusterServiceVersion `agent-forge.v<version>`."""
     groups = {crd["spec"]["group"] for crd in crds}
     examples = [_example(s) for s in samples if s["apiVersion"].split("/")[0] in groups]
-    features = {
-        f"features.operators.openshift.io/{k}": v for k, v in INFRASTRUCTURE_FEATURES.items()
-    }
+    infrastructure = dict(INFRASTRUCTURE_FEATURES)
+    if not pinned(image):
+        infrastructure["disconnected"] = "false"
+    features = {f"features.operators.openshift.io/{k}": v for k, v in infrastructure.items()}
     annotations = {
         "alm-examples": json.dumps(examples, indent=2, sort_keys=True),
         "capabilities": "Seamless Upgrades",
@@ -196,7 +262,7 @@ def csv(
         "description": "Turns HyperShift Agent-platform autoscaling demand into vSphere VMs",
         "operatorframework.io/suggested-namespace": suggested_namespace,
         "operators.openshift.io/infrastructure-features": json.dumps(
-            sorted(k for k, v in INFRASTRUCTURE_FEATURES.items() if v == "true")
+            sorted(k for k, v in infrastructure.items() if v == "true")
         ),
         "support": "containeroo",
         **features,
@@ -219,7 +285,9 @@ def csv(
                     "mediatype": "image/svg+xml",
                 }
             ],
-            "provider": {"name": "containeroo"},
+            "provider": dict(PROVIDER),
+            "maintainers": copy.deepcopy(MAINTAINERS),
+            "links": copy.deepcopy(LINKS),
             "keywords": ["hypershift", "agent", "vsphere", "autoscaling", "capi"],
             "installModes": [
                 {"type": "OwnNamespace", "supported": False},

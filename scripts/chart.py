@@ -25,8 +25,12 @@ How config/ becomes the chart:
   `--credential-namespace` flags; empty: `namespaces`), `logLevel`,
   `networkPolicy.enabled`, `podDisruptionBudget.enabled`, and `monitoring.enabled` for
   config/prometheus (needs the Prometheus Operator's CRDs; its ServiceMonitor selects
-  the metrics Service in the release namespace); `values.schema.json`, generated with
-  them, refuses a misspelt or mistyped value;
+  the metrics Service in the release namespace), and `metricsCertificate`
+  (`openshift-service-ca` or `cert-manager`) for what the overlays config/openshift and
+  config/cert-manager add: a /metrics certificate mounted for `--metrics-cert-path` and
+  a ServiceMonitor that verifies it; the chart takes those objects and fields from the
+  overlays' own output; `values.schema.json`, generated with them, refuses a misspelt or
+  mistyped value;
 * text that looks like a Go template in config/ (the alerts' `{{ $labels.pool }}`, the
   dashboard's legends) is escaped, so Helm renders it unchanged.
 
@@ -209,7 +213,11 @@ _NAMED = {"type": "object", "required": ["name"], "properties": {"name": {"type"
 
 
 def _deployment(
-    obj: JsonObj, snippets: _Snippets, values: JsonObj, schemas: dict[str, JsonObj]
+    obj: JsonObj,
+    snippets: _Snippets,
+    values: JsonObj,
+    schemas: dict[str, JsonObj],
+    certificate: _MetricsCertificate,
 ) -> JsonObj:
     """The Deployment with values in place of config's settings; `values` gets the defaults,
     `schemas` the schema of each value a schema derived from its default would not fit."""
@@ -253,6 +261,7 @@ def _deployment(
     values["env"] = manager.get("env") or []
     schemas["env"] = {"type": "array", "items": _NAMED}
     manager["env"] = _optional(snippets, "env")
+    certificate.pod(manager, pod, snippets)
     values["resources"] = manager["resources"]
     schemas["resources"] = {"type": "object"}
     manager["resources"] = snippets.block("{{{{- toYaml .Values.resources | nindent {n} }}}}")
@@ -303,6 +312,118 @@ def _credentials_bindings() -> str:
     return f"{HEADER}{{{{- range {CREDENTIAL_NAMESPACES} }}}}\n---\n{body}{{{{- end }}}}\n"
 
 
+METRICS_CERTIFICATES = {"openshift-service-ca": "openshift", "cert-manager": "cert-manager"}
+"""`metricsCertificate` values, and the config/ overlay each renders."""
+_SERVICE = "Service/agent-forge-controller-manager-metrics-service"
+_MONITOR = "ServiceMonitor/agent-forge-controller-manager-metrics-monitor"
+_DEPLOYMENT = "Deployment/agent-forge-controller-manager"
+_READER = "ClusterRoleBinding/agent-forge-metrics-reader"
+
+
+def _by_name(objects: list[JsonObj]) -> dict[str, JsonObj]:
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+
+
+def _release_namespace(value: str) -> str:
+    """A string of config/ with its namespace as the release's (template text)."""
+    return value.replace(f".{CONFIG_NAMESPACE}.", ".{{ .Release.Namespace }}.")
+
+
+class _MetricsCertificate:
+    """What each `metricsCertificate` overlay adds to config/default and config/prometheus:
+    read from the overlays' output, so the chart cannot drift from them."""
+
+    def __init__(self, base: list[JsonObj], monitoring: list[JsonObj]) -> None:
+        known = _by_name(base + monitoring)
+        self.overlays = {
+            value: _by_name(kustomize.build(CONFIG / overlay))
+            for value, overlay in METRICS_CERTIFICATES.items()
+        }
+        pod = known[_DEPLOYMENT]["spec"]["template"]["spec"]
+        (manager,) = pod["containers"]
+        first = self.overlays["cert-manager"][_DEPLOYMENT]["spec"]["template"]["spec"]
+        for other in self.overlays.values():
+            assert other[_DEPLOYMENT]["spec"]["template"]["spec"] == first, "one mount"
+        (mounted,) = first["containers"]
+        self.args = [a for a in mounted["args"] if a not in manager["args"]]
+        self.mounts = [m for m in mounted["volumeMounts"] if m not in manager["volumeMounts"]]
+        self.volumes = [v for v in first["volumes"] if v not in pod["volumes"]]
+        self.extra = {
+            value: [o for key, o in objects.items() if key not in known]
+            for value, objects in self.overlays.items()
+        }
+
+    @staticmethod
+    def _when(value: str) -> str:
+        return f'eq .Values.metricsCertificate "{value}"'
+
+    def pod(self, manager: JsonObj, pod: JsonObj, snippets: _Snippets) -> None:
+        """The Secret mounted and named by --metrics-cert-path, with any certificate."""
+        when = "{{- if .Values.metricsCertificate }}"
+        manager["args"].append(snippets.items(when, *_dump(self.args).splitlines(), "{{- end }}"))
+        for field, added in (("volumeMounts", self.mounts), ("volumes", self.volumes)):
+            target = manager if field == "volumeMounts" else pod
+            target[field].append(snippets.items(when, *_dump(added).splitlines(), "{{- end }}"))
+
+    def _keyed(self, snippets: _Snippets, default: Any, pick: Any) -> str:
+        """A key whose value is `pick(objects)` of the chosen overlay, else `default`."""
+        lines: list[str] = []
+        for value, objects in self.overlays.items():
+            chosen = pick(objects)
+            if chosen is None:
+                continue
+            word = "if" if not lines else "else if"
+            lines += ["{{{{- " + word + " " + self._when(value) + " }}}}", "{key}:"]
+            lines += ["  " + line for line in _static_yaml(chosen)]
+        if default is not None:
+            lines += ["{{{{- else }}}}", "{key}:", *("  " + line for line in _static_yaml(default))]
+        return snippets.keyed(*lines, "{{{{- end }}}}")
+
+    def service(self, obj: JsonObj, snippets: _Snippets) -> None:
+        obj["metadata"]["annotations"] = self._keyed(
+            snippets, None, lambda objects: objects[_SERVICE]["metadata"].get("annotations")
+        )
+
+    def monitor(self, obj: JsonObj, snippets: _Snippets) -> None:
+        (endpoint,) = obj["spec"]["endpoints"]
+
+        def tls(objects: dict[str, JsonObj]) -> JsonObj:
+            (chosen,) = objects[_MONITOR]["spec"]["endpoints"]
+            server = _release_namespace(chosen["tlsConfig"]["serverName"])
+            return dict(chosen["tlsConfig"], serverName=server)
+
+        endpoint["tlsConfig"] = self._keyed(snippets, endpoint["tlsConfig"], tls)
+
+    def reader(self, obj: JsonObj, snippets: _Snippets) -> None:
+        """The metrics reader's subjects in the chosen overlay's namespace, else config's."""
+        for i, subject in enumerate(obj["subjects"]):
+            template = ""
+            for value, objects in self.overlays.items():
+                namespace = objects[_READER]["subjects"][i]["namespace"]
+                if namespace != subject["namespace"]:
+                    word = "else if" if template else "if"
+                    template += f"{{{{ {word} {self._when(value)} }}}}{namespace}"
+            template += "{{ else }}" + subject["namespace"] + "{{ end }}"
+            subject["namespace"] = snippets.scalar(template)
+
+    def templates(self) -> dict[str, str]:
+        """The overlays' own objects (Certificates, Issuers, Roles), by file name."""
+        files: dict[str, str] = {}
+        for value, objects in self.extra.items():
+            for original in objects:
+                snippets = _Snippets()
+                obj = copy.deepcopy(original)
+                spec = obj.get("spec") or {}
+                if "dnsNames" in spec:
+                    spec["dnsNames"] = [
+                        snippets.scalar(_release_namespace(n)) for n in spec["dnsNames"]
+                    ]
+                name = obj["metadata"]["name"].removeprefix("agent-forge-")
+                file_name = f"{obj['kind'].lower()}-{name}.yaml"
+                files[file_name] = _template(obj, snippets, condition=self._when(value))
+        return files
+
+
 def _schema(value: Any) -> JsonObj:
     """A JSON schema that accepts values shaped like the defaults (and refuses typos)."""
     if isinstance(value, bool):
@@ -326,6 +447,7 @@ def render() -> dict[Path, str]:
     """Every file of the chart by path."""
     objects = kustomize.build(CONFIG / "default")
     monitoring = kustomize.build(CONFIG / "prometheus")
+    certificate = _MetricsCertificate(objects, monitoring)
     files: dict[Path, str] = {}
     values: JsonObj = {}
     schemas: dict[str, JsonObj] = {}
@@ -340,7 +462,10 @@ def render() -> dict[Path, str]:
         condition = None
         templated = obj
         if kind == "Deployment":
-            templated = _deployment(obj, snippets, values, schemas)
+            templated = _deployment(obj, snippets, values, schemas, certificate)
+        elif kind == "Service":
+            templated = copy.deepcopy(obj)
+            certificate.service(templated, snippets)
         elif kind == "NetworkPolicy":
             condition = ".Values.networkPolicy.enabled"
         elif kind == "PodDisruptionBudget":
@@ -351,15 +476,25 @@ def render() -> dict[Path, str]:
     files[CHART / "templates" / f"rolebinding-{reader}.yaml"] = _credentials_bindings()
     for obj in monitoring:
         kind, name = obj["kind"], obj["metadata"]["name"]
+        snippets = _Snippets()
+        templated = copy.deepcopy(obj)
+        if f"{kind}/{name}" == _MONITOR:
+            certificate.monitor(templated, snippets)
+        elif f"{kind}/{name}" == _READER:
+            certificate.reader(templated, snippets)
         file_name = f"{kind.lower()}-{name.removeprefix('agent-forge-')}.yaml"
         files[CHART / "templates" / "monitoring" / file_name] = _template(
-            obj, _Snippets(), condition=".Values.monitoring.enabled"
+            templated, snippets, condition=".Values.monitoring.enabled"
         )
+    for file_name, text in certificate.templates().items():
+        files[CHART / "templates" / "metrics-certificate" / file_name] = text
     values["networkPolicy"] = {"enabled": True}
     values["podDisruptionBudget"] = {"enabled": True}
     values["monitoring"] = {"enabled": False}
+    values["metricsCertificate"] = ""
     schema = _schema(values)
     schema["properties"].update(schemas)
+    schema["properties"]["metricsCertificate"] = {"enum": ["", *METRICS_CERTIFICATES]}
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     files[CHART / "values.yaml"] = HEADER + chart_templates.values_comments(_dump(values))
     files[CHART / "values.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"

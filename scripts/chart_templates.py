@@ -90,7 +90,10 @@ _COMMENTS = {
     "vCenter, the image service and Prometheus (docs/installation.md#network-policy).",
     "podDisruptionBudget": "Keep one replica up during node drains.",
     "monitoring": "config/prometheus: ServiceMonitor, alerts, Grafana dashboard and the "
-    "metrics-reader identity; needs the Prometheus Operator's CRDs.",
+    "metrics-reader binding; needs the Prometheus Operator's CRDs.",
+    "metricsCertificate": "A /metrics certificate Prometheus verifies: openshift-service-ca "
+    "(config/openshift) or cert-manager (config/cert-manager, needs its CRDs); empty: "
+    "self-signed, not verified (docs/operations.md#who-may-read-metrics).",
 }
 
 

@@ -12,8 +12,9 @@ What is checked, and against what:
 * our own kinds (VsphereAgentPool, VsphereAgent) against the `openAPIV3Schema` of the
   generated CRDs in `config/crd`, with unknown fields refused as the API server
   would prune them (CEL rules are left to the API server tests);
-* ServiceMonitor and PrometheusRule (whose CRDs are not ours) against the minimal
-  schemas below, plus a structural check of each PromQL expression;
+* ServiceMonitor and PrometheusRule, cert-manager's Certificate and Issuer (whose
+  CRDs are not ours) against the minimal schemas below, plus a structural check of
+  each PromQL expression;
 * the Grafana dashboard JSON: parses, unique panel ids, every target has an `expr`;
 * every Pod template against OpenShift's `restricted-v2` SCC and the `restricted` Pod
   Security Standard, rule by rule (`scripts.pod_security`);
@@ -62,6 +63,7 @@ newest (the version the test control plane runs)."""
 
 OUR_GROUP = "agent-forge.containeroo.ch"
 MONITORING_GROUP = "monitoring.coreos.com"
+CERT_MANAGER_GROUP = "cert-manager.io"
 
 JsonObj = dict[str, Any]
 Problem = str
@@ -196,6 +198,76 @@ PROMETHEUS_RULE_SCHEMA: JsonObj = {
 _MONITORING_SCHEMAS = {
     "ServiceMonitor": SERVICE_MONITOR_SCHEMA,
     "PrometheusRule": PROMETHEUS_RULE_SCHEMA,
+}
+_ISSUER_REF: JsonObj = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "kind": {"enum": ["Issuer", "ClusterIssuer"]},
+        "group": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+_CERT_MANAGER_SCHEMAS: dict[str, JsonObj] = {
+    "Certificate": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": f"{CERT_MANAGER_GROUP}/v1"},
+            "kind": {"const": "Certificate"},
+            "metadata": _METADATA,
+            "spec": {
+                "type": "object",
+                "required": ["secretName", "issuerRef"],
+                "properties": {
+                    "secretName": {"type": "string", "minLength": 1},
+                    "issuerRef": _ISSUER_REF,
+                    "isCA": {"type": "boolean"},
+                    "commonName": {"type": "string", "maxLength": 64},
+                    "dnsNames": {"type": "array", "items": {"type": "string"}},
+                    "duration": {"type": "string", "pattern": _DURATION},
+                    "renewBefore": {"type": "string", "pattern": _DURATION},
+                    "privateKey": {
+                        "type": "object",
+                        "properties": {
+                            "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
+                            "size": {"type": "integer"},
+                            "rotationPolicy": {"enum": ["Never", "Always"]},
+                        },
+                        "additionalProperties": False,
+                    },
+                    "usages": {"type": "array", "items": {"type": "string"}},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Issuer": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": f"{CERT_MANAGER_GROUP}/v1"},
+            "kind": {"const": "Issuer"},
+            "metadata": _METADATA,
+            "spec": {
+                "type": "object",
+                "oneOf": [{"required": ["selfSigned"]}, {"required": ["ca"]}],
+                "properties": {
+                    "selfSigned": {"type": "object"},
+                    "ca": {
+                        "type": "object",
+                        "required": ["secretName"],
+                        "properties": {"secretName": {"type": "string", "minLength": 1}},
+                        "additionalProperties": False,
+                    },
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    },
 }
 _SEVERITIES = frozenset({"critical", "warning", "info"})
 
@@ -358,6 +430,11 @@ def validate_object(
         if not meta.get("namespace"):
             problems.append("metadata.namespace: our kinds are namespaced; set it")
         return problems
+    if group == CERT_MANAGER_GROUP:
+        cm_schema = _CERT_MANAGER_SCHEMAS.get(kind)
+        if cm_schema is None:
+            return [f"{kind}: no schema for this cert-manager kind; add one to {__name__}"]
+        return _jsonschema_problems(cm_schema, obj)
     if group == MONITORING_GROUP:
         mon_schema = _MONITORING_SCHEMAS.get(kind)
         if mon_schema is None:

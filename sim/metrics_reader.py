@@ -1,11 +1,12 @@
 """What a Prometheus holds to scrape the operator, set up in the test control plane.
 
-`metrics_reader(controlplane)` applies the shipped identity Prometheus scrapes as
-(`config/prometheus/metrics_reader.yaml`: a ServiceAccount bound to the
-metrics-reader ClusterRole of `config/rbac`), requests a token for it, and issues a
-serving certificate for the operator signed by the control plane's CA, so a
-scraper can verify the operator's TLS as it would a mounted certificate in a
-cluster. `sim.operator.OperatorProcess(..., metrics=reader)` uses all three.
+`metrics_reader(controlplane)` applies the shipped binding of Prometheus' own
+ServiceAccount to the metrics-reader ClusterRole of `config/rbac`
+(`config/prometheus/metrics_reader.yaml`), makes that ServiceAccount, requests a
+bound, expiring token for it (TokenRequest, as the kubelet projects one into the
+Prometheus pod), and issues a serving certificate for the operator signed by the
+control plane's CA, so a scraper can verify the operator's TLS as it would a mounted
+certificate in a cluster. `sim.operator.OperatorProcess(..., metrics=reader)` uses all three.
 
 `servicemonitor_targets(monitor, services)` is what the Prometheus Operator would
 make of a ServiceMonitor (the test control plane runs none): the Services it selects
@@ -27,7 +28,7 @@ from sim.controlplane import ControlPlane, identities
 __all__ = ["SHIPPED", "MetricsReader", "metrics_reader", "servicemonitor_targets"]
 
 SHIPPED = paths.REPO_ROOT / "config" / "prometheus" / "metrics_reader.yaml"
-_PLURALS = {"ServiceAccount": "serviceaccounts", "ClusterRoleBinding": "clusterrolebindings"}
+_PLURALS = {"ClusterRoleBinding": "clusterrolebindings"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,28 +42,24 @@ class MetricsReader:
 
 
 def metrics_reader(controlplane: ControlPlane) -> MetricsReader:
-    """The shipped metrics-reader identity (config/prometheus/metrics_reader.yaml) applied,
-    a token for it, and a serving certificate for the operator signed by the CA.
+    """The shipped metrics-reader binding (config/prometheus/metrics_reader.yaml) applied,
+    a token of the Prometheus ServiceAccount it names, and a serving certificate for the
+    operator signed by the CA.
 
-    The ClusterRole it is bound to comes with the operator's RBAC (`install_operator`
-    or `config/rbac`). Its token Secret is not applied: the test control plane runs no
-    token controller to fill it, so the token comes from TokenRequest instead.
+    The ClusterRole it binds comes with the operator's RBAC (`install_operator` or
+    `config/rbac`).
     """
     client = controlplane.direct_client()
     account: Mapping[str, Any] | None = None
     for obj in yaml.safe_load_all(SHIPPED.read_text()):
-        if obj["kind"] == "Secret":
-            continue
-        if obj["kind"] == "ServiceAccount":
-            account = obj["metadata"]
-            controlplane.create_namespace(account["namespace"])
+        (account,) = [s for s in obj["subjects"] if s["kind"] == "ServiceAccount"]
         client.request(
             "PATCH",
             _path(obj) + "?fieldManager=agentforge-sim&force=true",
             body=obj,
             content_type="application/apply-patch+yaml",
         )
-    assert account is not None, f"{SHIPPED} names no ServiceAccount"
+    assert account is not None, f"{SHIPPED} binds no ServiceAccount"
     namespace, name = account["namespace"], account["name"]
     token = identities.serviceaccount_token(client, namespace=namespace, name=name)
     cert_dir = controlplane.workdir / "operator-metrics-tls"

@@ -5,7 +5,14 @@ The same checks as controller-runtime's secure metrics
 
 * `authenticate(token)`: a TokenReview says whose bearer token it is (or that it is
   nobody's: expired, revoked, forged). Outcomes are cached for `authn_ttl` (1 minute,
-  both ways, as controller-runtime's delegating authenticator does).
+  both ways, as controller-runtime's delegating authenticator does), accepted and
+  refused tokens in separate caches, so a flood of refused tokens cannot push the
+  scraper's accepted token out. Tokens not in either cache are reviewed at most
+  `review_burst` (20) at once and `review_rate` (2) per second after that, a token
+  bucket shared by every caller; concurrent requests with one unknown token share
+  one review. A token that finds the bucket empty raises `ReviewThrottled` (the
+  server answers 429 with Retry-After): anyone may send a bearer token, and without
+  the bucket each distinct one cost the API server an uncached TokenReview.
 * `authorize(user, verb=..., path=...)`: a SubjectAccessReview asks whether that user
   may `verb` the non-resource URL `path` (RBAC `nonResourceURLs`, e.g. `get /metrics`).
   Allowed answers are cached for `allow_ttl` (5 minutes), denied ones for `deny_ttl`
@@ -14,8 +21,10 @@ The same checks as controller-runtime's secure metrics
 * `review(token, ...)` does both and returns a `Verdict`.
 
 So a Prometheus scraping every 15 seconds costs one TokenReview a minute and one
-SubjectAccessReview every five. Both caches are bounded (least recently used entries
-go first), and tokens are keyed by their SHA-256 digest, so the cache holds no token.
+SubjectAccessReview every five, and no stream of made-up tokens costs the API server
+more than 2 TokenReviews a second after the first 20 (SubjectAccessReviews follow
+only accepted tokens). The caches are bounded (least recently used entries go
+first), and tokens are keyed by their SHA-256 digest, so the caches hold no token.
 A review the API server could not answer (no connection, 5xx, the operator itself
 forbidden to create reviews) raises `ReviewUnavailable` and is never cached: the next
 request asks again. Tokens never reach a log line or an exception message.
@@ -39,8 +48,12 @@ from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
 
 __all__ = [
+    "REVIEW_BURST",
+    "REVIEW_RATE",
     "AccessReviewer",
+    "ReviewThrottled",
     "ReviewUnavailable",
+    "TokenBucket",
     "TtlCache",
     "User",
     "Verdict",
@@ -50,6 +63,11 @@ log = logging.getLogger(__name__)
 
 rbac.needs(TOKEN_REVIEW, "create", why="authenticate callers of /metrics (bearer tokens)")
 rbac.needs(SUBJECT_ACCESS_REVIEW, "create", why="authorise callers of /metrics (get /metrics)")
+
+REVIEW_RATE = 2.0
+"""TokenReviews per second for tokens in neither cache, once the burst is spent."""
+REVIEW_BURST = 20
+"""TokenReviews for unknown tokens that may be made at once."""
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -89,6 +107,38 @@ class TtlCache(Generic[K, V]):
             self._entries.popitem(last=False)
 
 
+class TokenBucket:
+    """`burst` tokens, refilled at `rate` per second; `take()` spends one if there is one."""
+
+    def __init__(
+        self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be positive and burst at least 1")
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+
+    def take(self) -> bool:
+        self._refill()
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    def wait(self) -> float:
+        """Seconds until `take()` can succeed (0 when it can now)."""
+        self._refill()
+        return max(0.0, (1 - self._tokens) / self._rate)
+
+
 @dataclass(frozen=True, slots=True)
 class User:
     """An authenticated identity, as TokenReview reports it and SubjectAccessReview takes it."""
@@ -126,6 +176,14 @@ class ReviewUnavailable(Exception):
     """The API server did not answer a review; the caller should answer 500, not 401/403."""
 
 
+class ReviewThrottled(Exception):
+    """Too many unknown tokens lately: this one was not reviewed; answer 429."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"too many unknown bearer tokens; retry in {retry_after:.1f} s")
+        self.retry_after = retry_after
+
+
 class AccessReviewer:
     """TokenReview + SubjectAccessReview against the API server, with bounded TTL caches."""
 
@@ -137,6 +195,8 @@ class AccessReviewer:
         allow_ttl: float = 300.0,
         deny_ttl: float = 30.0,
         maxsize: int = 1024,
+        review_rate: float = REVIEW_RATE,
+        review_burst: int = REVIEW_BURST,
         timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -145,7 +205,10 @@ class AccessReviewer:
         self._allow_ttl = allow_ttl
         self._deny_ttl = deny_ttl
         self._timeout = timeout
-        self._tokens: TtlCache[str, User | None] = TtlCache(maxsize=maxsize, clock=clock)
+        self._accepted: TtlCache[str, User] = TtlCache(maxsize=maxsize, clock=clock)
+        self._refused: TtlCache[str, None] = TtlCache(maxsize=maxsize, clock=clock)
+        self._bucket = TokenBucket(rate=review_rate, burst=review_burst, clock=clock)
+        self._pending: dict[str, asyncio.Future[User | None]] = {}
         self._grants: TtlCache[tuple[User, str, str], tuple[bool, str]] = TtlCache(
             maxsize=maxsize, clock=clock
         )
@@ -161,11 +224,41 @@ class AccessReviewer:
         return Decision(Verdict.ALLOWED if allowed else Verdict.FORBIDDEN, user, reason)
 
     async def authenticate(self, token: str) -> User | None:
-        """The token's user, or None when the API server does not accept the token."""
+        """The token's user, or None when the API server does not accept the token;
+        ReviewThrottled when the token is unknown and the review budget is spent."""
         key = hashlib.sha256(token.encode()).hexdigest()
-        hit, cached = self._tokens.get(key)
+        hit, user = self._accepted.get(key)
         if hit:
-            return cached
+            return user
+        if self._refused.get(key)[0]:
+            return None
+        pending = self._pending.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if not self._bucket.take():
+            raise ReviewThrottled(self._bucket.wait())
+        future: asyncio.Future[User | None] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            user = await self._token_review(token)
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        except BaseException:
+            future.cancel()
+            raise
+        else:
+            future.set_result(user)
+        finally:
+            del self._pending[key]
+        if user is None:
+            self._refused.put(key, None, ttl=self._authn_ttl)
+        else:
+            self._accepted.put(key, user, ttl=self._authn_ttl)
+        return user
+
+    async def _token_review(self, token: str) -> User | None:
         body = {
             "apiVersion": TOKEN_REVIEW.api_version,
             "kind": TOKEN_REVIEW.kind,
@@ -175,7 +268,6 @@ class AccessReviewer:
         user = User.from_status(status.get("user") or {}) if status.get("authenticated") else None
         if user is not None and not user.name:
             user = None  # an "authenticated" answer without a user name grants nothing
-        self._tokens.put(key, user, ttl=self._authn_ttl)
         return user
 
     async def authorize(self, user: User, *, verb: str, path: str) -> tuple[bool, str]:

@@ -253,9 +253,14 @@ class ControlPlane:
     def ca_file(self) -> Path:
         return self._started_pki().ca.cert
 
-    def issue_serving_pair(self, directory: Path, *, common_name: str) -> pki.KeyPair:
-        """`tls.crt` + `tls.key` in `directory` for localhost, signed by `ca_file`'s CA."""
-        return pki.issue_serving_pair(self._started_pki().ca, directory, common_name=common_name)
+    def issue_serving_pair(
+        self, directory: Path, *, common_name: str, hosts: tuple[str, ...] = ()
+    ) -> pki.KeyPair:
+        """`tls.crt` + `tls.key` in `directory` for localhost (and the DNS names `hosts`),
+        signed by `ca_file`'s CA."""
+        return pki.issue_serving_pair(
+            self._started_pki().ca, directory, common_name=common_name, hosts=hosts
+        )
 
     @property
     def server(self) -> str:

@@ -10,6 +10,7 @@ and refuse a broken copy, so the check is known to bite.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -138,23 +139,81 @@ def test_install_modes_follow_the_namespace_flag() -> None:
     }
 
 
-def test_infrastructure_features_claim_what_the_operator_does() -> None:
-    annotations = _csv()["metadata"]["annotations"]
-    features = {
+def _features(csv: dict[str, Any]) -> dict[str, str]:
+    return {
         k.removeprefix("features.operators.openshift.io/"): v
-        for k, v in annotations.items()
+        for k, v in csv["metadata"]["annotations"].items()
         if k.startswith("features.operators.openshift.io/")
     }
-    assert features == bundle_csv.INFRASTRUCTURE_FEATURES
-    assert features["disconnected"] == "true"
-    assert features["proxy-aware"] == "true"
-    assert features["fips-compliant"] == "false"
+
+
+DIGEST_IMAGE = "quay.io/acme/agent-forge@sha256:" + "b" * 64
+
+
+def test_infrastructure_features_claim_what_the_operator_does() -> None:
+    # The committed bundle names the development image by tag: not for disconnected
+    # clusters, whose mirrors are found by digest.
+    csv = _csv()
+    annotations = csv["metadata"]["annotations"]
+    assert annotations["containerImage"] == "agent-forge:dev"
+    assert _features(csv) == {**bundle_csv.INFRASTRUCTURE_FEATURES, "disconnected": "false"}
+    assert _features(csv)["proxy-aware"] == "true"
+    assert _features(csv)["fips-compliant"] == "false"
     assert json.loads(annotations["operators.openshift.io/infrastructure-features"]) == [
-        "disconnected",
-        "proxy-aware",
+        "proxy-aware"
     ]
-    images = _csv()["spec"]["relatedImages"]
+    images = csv["spec"]["relatedImages"]
     assert [i["image"] for i in images] == [annotations["containerImage"]]
+    # Pinned by digest, the same bundle declares disconnected support.
+    pinned = yaml.safe_load(bundle.render(DIGEST_IMAGE)[CSV_PATH])
+    assert _features(pinned) == bundle_csv.INFRASTRUCTURE_FEATURES
+    assert _features(pinned)["disconnected"] == "true"
+    assert json.loads(
+        pinned["metadata"]["annotations"]["operators.openshift.io/infrastructure-features"]
+    ) == ["disconnected", "proxy-aware"]
+    assert bundle_csv.disconnected_problems(pinned) == []
+
+
+def test_a_csv_declaring_disconnected_beside_a_tag_is_refused() -> None:
+    pinned = yaml.safe_load(bundle.render(DIGEST_IMAGE)[CSV_PATH])
+    tagged = copy.deepcopy(pinned)
+    (deployment,) = tagged["spec"]["install"]["spec"]["deployments"]
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    manager["image"] = "quay.io/acme/agent-forge:v1"
+    assert bundle_csv.disconnected_problems(tagged) == [
+        "quay.io/acme/agent-forge:v1: not pinned by digest, yet the CSV declares disconnected",
+        "quay.io/acme/agent-forge:v1: run by the CSV but missing from relatedImages "
+        "(a mirror would not copy it)",
+    ]
+    unlisted = copy.deepcopy(pinned)
+    unlisted["spec"]["relatedImages"] = []
+    assert [p.split(": ", 1)[1] for p in bundle_csv.disconnected_problems(unlisted)] == [
+        "run by the CSV but missing from relatedImages (a mirror would not copy it)"
+    ]
+    # The older list alone is a claim too.
+    listed = copy.deepcopy(tagged)
+    del listed["metadata"]["annotations"]["features.operators.openshift.io/disconnected"]
+    assert bundle_csv.disconnected_problems(listed)
+    assert bundle_csv.disconnected_problems(_csv()) == []  # says false: nothing to refuse
+    assert not bundle_csv.pinned("quay.io/acme/agent-forge:v1@sha256:" + "b" * 63)
+    assert bundle_csv.pinned("quay.io/acme/agent-forge:v1@sha256:" + "b" * 64)
+
+
+def test_the_generator_refuses_to_write_a_disconnected_csv_with_a_tag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bundle_csv, "pinned", lambda image: True)  # a generator bug
+    with pytest.raises(SystemExit, match="not pinned by digest"):
+        bundle.render("quay.io/acme/agent-forge:v1")
+
+
+def test_csv_names_maintainers_links_and_the_providers_url() -> None:
+    spec = _csv()["spec"]
+    assert spec["maintainers"] == bundle_csv.MAINTAINERS
+    assert all(m["name"] and "@" in m["email"] for m in spec["maintainers"])
+    assert spec["links"] == bundle_csv.LINKS
+    assert all(link["url"].startswith("https://") for link in spec["links"])
+    assert spec["provider"]["url"].startswith("https://")
 
 
 def test_owned_crds_have_descriptors_and_the_bundle_carries_the_crds() -> None:
@@ -194,19 +253,25 @@ def test_bundle_metadata_names_package_channel_and_minimum_openshift() -> None:
     assert _csv()["spec"]["minKubeVersion"] == "1.27.0"
 
 
-def test_no_network_policy_in_the_bundle_and_nothing_from_config_dropped_unseen() -> None:
-    kinds = {
-        yaml.safe_load(p.read_text())["kind"] for p in (REPO / "bundle" / "manifests").glob("*")
-    }
-    assert "NetworkPolicy" not in kinds, "OLM v1 refuses NetworkPolicies in bundles"
-    assert kinds == {
+def test_the_network_policies_ship_in_the_bundle_and_nothing_from_config_is_dropped_unseen() -> (
+    None
+):
+    manifests = [yaml.safe_load(p.read_text()) for p in (REPO / "bundle" / "manifests").glob("*")]
+    assert {m["kind"] for m in manifests} == {
         "ClusterServiceVersion",
         "CustomResourceDefinition",
         "ClusterRole",
         "Service",
         "PodDisruptionBudget",
         "ConfigMap",  # agent-forge-trusted-ca: OpenShift injects the trusted CAs into it
+        "NetworkPolicy",  # a bundle kind since operator-registry v1.55.0
     }
+    policies = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"agent-forge-allow-egress", "agent-forge-allow-metrics-traffic"}
+    for name, policy in policies.items():
+        config = copy.deepcopy(_config("NetworkPolicy", name))
+        del config["metadata"]["namespace"]  # OLM installs into the operator's namespace
+        assert policy == config
 
 
 def test_a_kind_the_generator_does_not_place_fails_the_generation(
@@ -225,7 +290,7 @@ def test_a_kind_the_generator_does_not_place_fails_the_generation(
 
 
 def test_make_bundle_with_an_image_puts_it_everywhere(tmp_path: Path) -> None:
-    image = "quay.io/acme/agent-forge@sha256:" + "b" * 64
+    image = DIGEST_IMAGE
     files = bundle.render(image)
     csv = yaml.safe_load(files[CSV_PATH])
     (deployment,) = csv["spec"]["install"]["spec"]["deployments"]

@@ -241,6 +241,42 @@ def test_the_servicemonitor_selects_the_metrics_service_of_the_release_namespace
     ]
 
 
+@pytest.mark.parametrize(("value", "overlay"), sorted(chart.METRICS_CERTIFICATES.items()))
+def test_a_metrics_certificate_renders_what_its_overlay_applies(value: str, overlay: str) -> None:
+    # The chart with monitoring and a certificate is config/<overlay> (Namespace and
+    # CRDs aside): the certificate mounted for --metrics-cert-path, the ServiceMonitor
+    # verifying it, and the overlay's own objects (Certificates, Issuers, Roles).
+    rendered = template("monitoring.enabled=true", f"metricsCertificate={value}")
+    expected = [
+        o
+        for o in kustomize.build(REPO / "config" / overlay)
+        if o["kind"] not in {"Namespace", "CustomResourceDefinition"}
+    ]
+    by_id = _by_id(expected)
+    deployment = next(o for o in by_id.values() if o["kind"] == "Deployment")
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        container["image"] = (
+            "agent-forge:" + yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+        )
+    assert _by_id([_without_helm_labels(o) for o in rendered]) == by_id
+    (monitor,) = [o for o in rendered if o["kind"] == "ServiceMonitor"]
+    assert "insecureSkipVerify" not in monitor["spec"]["endpoints"][0]["tlsConfig"]
+
+
+def test_a_metrics_certificate_names_the_release_namespace() -> None:
+    rendered = template(
+        "monitoring.enabled=true", "metricsCertificate=cert-manager", namespace="platform-ops"
+    )
+    server = "agent-forge-controller-manager-metrics-service.platform-ops.svc"
+    (monitor,) = [o for o in rendered if o["kind"] == "ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == server
+    serving = next(o for o in rendered if o["kind"] == "Certificate" and not o["spec"].get("isCA"))
+    assert server in serving["spec"]["dnsNames"]
+    assert {o["metadata"]["namespace"] for o in rendered if "namespace" in o["metadata"]} == {
+        "platform-ops"
+    }
+
+
 @pytest.mark.parametrize(
     ("value", "complaint"),
     [
@@ -256,6 +292,7 @@ def test_the_servicemonitor_selects_the_metrics_service_of_the_release_namespace
         ("podAnnotations.kubectl\\.kubernetes\\.io/default-container=x", "default-container'"),
         ("podLabels.tier=1", "podLabels"),
         ("priorityClassName[0]=high", "priorityClassName"),
+        ("metricsCertificate=self-made", "metricsCertificate"),
     ],
 )
 def test_a_misspelt_or_mistyped_value_is_refused(value: str, complaint: str) -> None:

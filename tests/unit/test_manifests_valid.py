@@ -190,8 +190,15 @@ def test_a_broken_kustomization_is_a_validation_problem_naming_its_directory(
     kustomization = root / "network-policy" / "kustomization.yaml"
     kustomization.write_text(kustomization.read_text() + "- absent.yaml\n")
     _, problems = validate_manifests.validate_config(root)
-    assert len(problems) == 2, problems  # network-policy itself, and default which includes it
-    assert {p.split(":")[0] for p in problems} == {"config/network-policy", "config/default"}
+    # network-policy itself, and every kustomization that includes it (through default)
+    including = {
+        "config/network-policy",
+        "config/default",
+        "config/openshift",
+        "config/cert-manager",
+    }
+    assert len(problems) == len(including), problems
+    assert {p.split(":")[0] for p in problems} == including
     assert all("absent.yaml" in p for p in problems)
 
 
@@ -465,27 +472,20 @@ def test_manager_serves_metrics_over_https_behind_the_api_servers_review(
     assert parsed.health_probe_bind_address.port != parsed.metrics_bind_address.port
 
 
-def test_service_monitor_scrapes_https_with_the_token_of_a_metrics_reader() -> None:
+def test_service_monitor_scrapes_https_with_prometheus_own_bound_token() -> None:
     (endpoint,) = _one(CONFIG / "prometheus" / "monitor.yaml", "ServiceMonitor")["spec"][
         "endpoints"
     ]
     assert endpoint["scheme"] == "https"
-    assert endpoint["authorization"]["type"] == "Bearer"
-    secret_name = endpoint["authorization"]["credentials"]["name"]
-    reader = _load(CONFIG / "prometheus" / "metrics_reader.yaml")
-    (secret,) = [o for o in reader if o["kind"] == "Secret"]
-    (account,) = [o for o in reader if o["kind"] == "ServiceAccount"]
-    (binding,) = [o for o in reader if o["kind"] == "ClusterRoleBinding"]
-    assert secret["metadata"]["name"] == secret_name
-    assert secret["type"] == "kubernetes.io/service-account-token"
-    owner = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
-    assert owner == account["metadata"]["name"]
+    # The projected token of the Prometheus pod (bound, expiring), not a Secret's.
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "authorization" not in endpoint
+    kinds = {o["kind"] for o in kustomize.build(CONFIG / "prometheus")}
+    assert "Secret" not in kinds, "no legacy (non-expiring) token Secret ships"
+    (binding,) = _load(CONFIG / "prometheus" / "metrics_reader.yaml")
+    assert binding["kind"] == "ClusterRoleBinding"
     assert binding["subjects"] == [
-        {
-            "kind": "ServiceAccount",
-            "name": account["metadata"]["name"],
-            "namespace": account["metadata"]["namespace"],
-        }
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
     ]
     role = _one(CONFIG / "rbac" / "metrics_reader_role.yaml", "ClusterRole")
     assert binding["roleRef"] == {
@@ -494,6 +494,64 @@ def test_service_monitor_scrapes_https_with_the_token_of_a_metrics_reader() -> N
         "name": role["metadata"]["name"],
     }
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def _verified_install(overlay: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The ServiceMonitor endpoint of an overlay that verifies /metrics, and its objects
+    by kind/name."""
+    objects = {f"{o['kind']}/{o['metadata']['name']}": o for o in kustomize.build(CONFIG / overlay)}
+    monitor = objects["ServiceMonitor/agent-forge-controller-manager-metrics-monitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    service = objects["Service/agent-forge-controller-manager-metrics-service"]
+    meta = service["metadata"]
+    assert endpoint["tlsConfig"]["serverName"] == f"{meta['name']}.{meta['namespace']}.svc"
+    assert "insecureSkipVerify" not in endpoint["tlsConfig"]
+    assert "authorization" not in endpoint
+    assert endpoint["bearerTokenFile"]
+    pod = objects["Deployment/agent-forge-controller-manager"]["spec"]["template"]["spec"]
+    (manager,) = pod["containers"]
+    (flag,) = [a for a in manager["args"] if a.startswith("--metrics-cert-path=")]
+    mount_path = flag.partition("=")[2]
+    (mount,) = [m for m in manager["volumeMounts"] if m["mountPath"] == mount_path]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "agent-forge-metrics-tls"
+    return endpoint, objects
+
+
+def test_openshift_overlay_serves_the_service_ca_certificate_the_platform_prometheus_verifies() -> (
+    None
+):
+    endpoint, objects = _verified_install("openshift")
+    service = objects["Service/agent-forge-controller-manager-metrics-service"]
+    annotations = service["metadata"]["annotations"]
+    assert annotations == {
+        "service.beta.openshift.io/serving-cert-secret-name": "agent-forge-metrics-tls"
+    }
+    assert endpoint["tlsConfig"] == {
+        "caFile": "/etc/prometheus/configmaps/serving-certs-ca-bundle/service-ca.crt",
+        "serverName": endpoint["tlsConfig"]["serverName"],
+    }
+    namespace = objects["Namespace/agent-forge-system"]["metadata"]["labels"]
+    assert namespace["openshift.io/cluster-monitoring"] == "true"
+    platform = {
+        "kind": "ServiceAccount",
+        "name": "prometheus-k8s",
+        "namespace": "openshift-monitoring",
+    }
+    assert objects["ClusterRoleBinding/agent-forge-metrics-reader"]["subjects"] == [platform]
+    assert objects["RoleBinding/agent-forge-prometheus-k8s"]["subjects"] == [platform]
+
+
+def test_cert_manager_overlay_serves_a_certificate_verified_against_the_issuers_ca() -> None:
+    endpoint, objects = _verified_install("cert-manager")
+    serving = objects["Certificate/agent-forge-metrics-tls"]["spec"]
+    assert serving["secretName"] == "agent-forge-metrics-tls"
+    assert endpoint["tlsConfig"]["serverName"] in serving["dnsNames"]
+    issuer = objects[f"Issuer/{serving['issuerRef']['name']}"]["spec"]
+    ca = objects[f"Certificate/{issuer['ca']['secretName']}"]["spec"]
+    assert ca["isCA"] is True
+    assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": ca["secretName"], "key": "ca.crt"}}
 
 
 def test_service_monitor_selects_the_metrics_service() -> None:

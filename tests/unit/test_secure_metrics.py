@@ -50,11 +50,11 @@ def _registry() -> CollectorRegistry:
 
 
 async def _serve(
-    api: ReviewApi, tls: secure_metrics.MetricsTls
+    api: ReviewApi, tls: secure_metrics.MetricsTls, reviewer: AccessReviewer | None = None
 ) -> observability.ObservabilityServer:
     probes = observability.Probes()
     probes.add_readiness_check("always", lambda: True)
-    reviewer = AccessReviewer(cast(KubeClient, api))
+    reviewer = reviewer or AccessReviewer(cast(KubeClient, api))
     server = observability.ObservabilityServer(
         probes=probes,
         metrics_address=LOCAL,
@@ -101,6 +101,26 @@ async def test_no_token_or_a_rejected_one_is_401_with_a_bearer_challenge(
         status, body, headers = await _get(url, token=token)
         assert (status, body, headers["WWW-Authenticate"]) == (401, "Unauthorized\n", "Bearer")
     assert api.count("TokenReview") == 1  # no token: nothing to ask
+
+
+async def test_unknown_tokens_beyond_the_review_budget_are_429_without_a_review(
+    api: ReviewApi,
+) -> None:
+    # A clock that never moves: the bucket holds its burst of 2 and never refills.
+    reviewer = AccessReviewer(cast(KubeClient, api), clock=lambda: 0.0, review_burst=2)
+    server = await _serve(api, secure_metrics.MetricsTls.self_signed(), reviewer)
+    try:
+        url = f"https://{server.bound['metrics']}/metrics"
+        answers = [await _get(url, token=f"forged-{i}") for i in range(5)]
+        assert [status for status, _, _ in answers] == [401, 401, 429, 429, 429]
+        assert {(body, headers["Retry-After"]) for _, body, headers in answers[2:]} == {
+            ("Too many requests\n", "1")
+        }
+        assert api.count("TokenReview") == 2
+        assert (await _get(url, token="forged-0"))[0] == 401  # refused, and remembered
+        assert api.count("TokenReview") == 2
+    finally:
+        await server.stop()
 
 
 async def test_a_known_user_without_the_role_is_403(

@@ -7,6 +7,7 @@ the cache lifetimes are shown exactly, without sleeping.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import pytest
@@ -14,7 +15,9 @@ import pytest
 from agentforge.kube import errors
 from agentforge.kube.access_review import (
     AccessReviewer,
+    ReviewThrottled,
     ReviewUnavailable,
+    TokenBucket,
     TtlCache,
     User,
     Verdict,
@@ -157,13 +160,96 @@ async def test_the_operator_forbidden_to_review_is_an_error_not_a_denial(
         await reviewer.review("prom-token", verb="get", path="/metrics")
 
 
-async def test_the_token_cache_holds_digests_and_is_bounded(api: ReviewApi, clock: Clock) -> None:
-    reviewer = _reviewer(api, clock, maxsize=8)
+async def test_the_token_caches_hold_digests_and_are_bounded(api: ReviewApi, clock: Clock) -> None:
+    reviewer = _reviewer(api, clock, maxsize=8, review_burst=50)
     for i in range(20):
         await reviewer.review(f"random-{i}", verb="get", path="/metrics")
-    tokens = reviewer._tokens
-    assert len(tokens) == 8
-    assert all(len(key) == 64 and "random" not in key for key in tokens._entries)
+    await reviewer.review("prom-token", verb="get", path="/metrics")
+    refused, accepted = reviewer._refused, reviewer._accepted
+    assert (len(refused), len(accepted)) == (8, 1)
+    keys = [*refused._entries, *accepted._entries]
+    assert all(len(key) == 64 and "random" not in key and "prom" not in key for key in keys)
+
+
+async def test_a_flood_of_unknown_tokens_costs_the_burst_then_the_rate(
+    api: ReviewApi, clock: Clock
+) -> None:
+    reviewer = _reviewer(api, clock, review_rate=2.0, review_burst=5)
+    assert (await reviewer.review("prom-token", verb="get", path="/metrics")).verdict is (
+        Verdict.ALLOWED
+    )
+    throttled: list[ReviewThrottled] = []
+    for i in range(100):
+        try:
+            await reviewer.review(f"bogus-{i}", verb="get", path="/metrics")
+        except ReviewThrottled as exc:
+            throttled.append(exc)
+    assert api.count("TokenReview") == 5  # the scraper's, and four of the hundred
+    assert len(throttled) == 96
+    assert [exc.retry_after for exc in throttled] == [pytest.approx(0.5)] * 96  # 1/rate s
+    assert not any("bogus" in str(exc) for exc in throttled)
+    # The scraper's token is known, and so is every refused one: neither needs the budget.
+    assert (await reviewer.review("prom-token", verb="get", path="/metrics")).verdict is (
+        Verdict.ALLOWED
+    )
+    assert (await reviewer.review("bogus-0", verb="get", path="/metrics")).verdict is (
+        Verdict.UNAUTHENTICATED
+    )
+    with pytest.raises(ReviewThrottled):
+        await reviewer.review("intruder-token", verb="get", path="/metrics")
+    clock.now += 0.5  # half a second buys one review
+    decision = await reviewer.review("intruder-token", verb="get", path="/metrics")
+    assert decision.verdict is Verdict.FORBIDDEN
+    with pytest.raises(ReviewThrottled):
+        await reviewer.review("bogus-100", verb="get", path="/metrics")
+    assert api.count("TokenReview") == 6
+
+
+async def test_a_flood_of_refused_tokens_does_not_evict_the_scrapers(
+    api: ReviewApi, clock: Clock
+) -> None:
+    reviewer = _reviewer(api, clock, maxsize=4, review_burst=50)
+    await reviewer.review("prom-token", verb="get", path="/metrics")
+    for i in range(40):
+        await reviewer.review(f"bogus-{i}", verb="get", path="/metrics")
+    before = api.count("TokenReview")
+    decision = await reviewer.review("prom-token", verb="get", path="/metrics")
+    assert decision.verdict is Verdict.ALLOWED
+    assert api.count("TokenReview") == before  # still cached
+
+
+async def test_concurrent_requests_with_one_unknown_token_share_one_review(
+    api: ReviewApi, clock: Clock
+) -> None:
+    answered = asyncio.Event()
+
+    class HeldApi(ReviewApi):
+        async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+            await answered.wait()  # every request arrives while the first review is out
+            return await super().request(method, path, **kw)
+
+    held = HeldApi(users=api.users, grants=api.grants)
+    reviewer = _reviewer(held, clock, review_burst=1)
+    requests = [
+        asyncio.create_task(reviewer.review("prom-token", verb="get", path="/metrics"))
+        for _ in range(10)
+    ]
+    await asyncio.sleep(0)
+    answered.set()
+    decisions = await asyncio.gather(*requests)
+    assert {d.verdict for d in decisions} == {Verdict.ALLOWED}
+    assert held.count("TokenReview") == 1
+
+
+def test_token_bucket_spends_the_burst_and_refills_at_the_rate() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=4.0, burst=2, clock=clock)
+    assert [bucket.take() for _ in range(3)] == [True, True, False]
+    assert bucket.wait() == pytest.approx(0.25)
+    clock.now += 10  # never more than the burst
+    assert [bucket.take() for _ in range(3)] == [True, True, False]
+    with pytest.raises(ValueError, match="rate"):
+        TokenBucket(rate=0, burst=1)
 
 
 def test_ttl_cache_expires_and_evicts_the_least_recently_used() -> None:
