@@ -15,7 +15,7 @@ The release namespace is not `agent-forge-system`, and the chart's monitoring is
 (the Prometheus Operator's CRDs are installed, but no Prometheus Operator runs): the
 test evaluates the ServiceMonitor as the Prometheus Operator would, against the
 Services the API server holds, and scrapes the operator with what it names (the path,
-the scheme, the TLS settings and the bearer token of the identity the chart made).
+the scheme, the TLS settings and the token of the Prometheus identity the chart binds).
 """
 
 from __future__ import annotations
@@ -203,19 +203,19 @@ async def test_the_charts_servicemonitor_scrapes_the_operator_outside_agent_forg
     # The operator serves a certificate generated at start, which the endpoint says not
     # to verify (docs/operations.md, "Metrics"); `get_metrics` does not verify it either.
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
-    # The bearer token of the Secret the endpoint names: the chart made it for its own
-    # ServiceAccount. No token controller runs here to fill it, so the token comes from
-    # TokenRequest for that ServiceAccount, as the token controller would sign it.
-    credentials = endpoint["authorization"]["credentials"]
-    assert endpoint["authorization"]["type"] == "Bearer"
-    assert credentials["key"] == "token"
-    secret = _get(cluster, f"/api/v1/namespaces/{RELEASE_NAMESPACE}/secrets/{credentials['name']}")
-    assert secret["type"] == "kubernetes.io/service-account-token"
-    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
-    made = _get(cluster, f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{account}")
-    assert made["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    # Prometheus scrapes with its own projected, expiring ServiceAccount token (no token
+    # Secret ships); the chart binds the metrics reader to that ServiceAccount. The
+    # token the kubelet would project into Prometheus' pod comes from TokenRequest.
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "authorization" not in endpoint
+    binding = _get(
+        cluster, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/agent-forge-metrics-reader"
+    )
+    assert binding["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    (prometheus,) = binding["subjects"]
+    assert prometheus["kind"] == "ServiceAccount"
     token = identities.serviceaccount_token(
-        cluster.direct_client(), namespace=RELEASE_NAMESPACE, name=account
+        cluster.direct_client(), namespace=prometheus["namespace"], name=prometheus["name"]
     )
     status, body = await operator.get_metrics(token=token)
     assert status == 200, body
