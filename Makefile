@@ -114,7 +114,7 @@ bench: tools ## run benchmarks, write bench/results/latest.md
 # --- demo and operator habits --------------------------------------------------
 
 .PHONY: demo
-demo: tools ## control plane + vcsim + actors + operator; KEEP=1 leaves it running
+demo: venv controlplane vcsim ## control plane + vcsim + actors + operator; KEEP=1 leaves it running
 	$(PY) -m sim.demo $(if $(KEEP),--keep,)
 
 .PHONY: run
