@@ -9,6 +9,7 @@ from typing import Any
 from agentforge.api.kinds import AGENT
 from agentforge.kube import client, controller, informer, store
 from agentforge.kube.store import ObjectKey
+from sim.actors.waiting import eventually
 
 
 def agent(name: str) -> dict[str, Any]:
@@ -73,9 +74,11 @@ async def test_every_object_change_is_reconciled_and_its_status_written(
                 "before-2": "waiting",
                 "after": "waiting",
             }
-            async with asyncio.timeout(30):
-                while states() != expected:  # noqa: ASYNC110 - the cache is fed by the network
-                    await asyncio.sleep(0.05)
+            await eventually(
+                lambda: states() == expected,  # the cache is fed by the network
+                what=f"the cached states {expected}",
+                interval=0.05,
+            )
         finally:
             await ctrl.stop()
             with contextlib.suppress(asyncio.CancelledError):
