@@ -88,12 +88,16 @@ manifests-check: venv ## fail when committed manifests differ from the code
 # --- tests -----------------------------------------------------------------------
 
 .PHONY: test
-test: tools lint manifests-check ## everything: lint, unit, control plane, vcsim and e2e suites
+test: tools lint manifests-check ## everything: lint, unit, packaging, control plane, vcsim and e2e suites
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: test-unit
-test-unit: venv ## unit tests only (no simulators)
+test-unit: venv ## unit tests only: the virtualenv alone, no Go-built tool
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: test-packaging
+test-packaging: venv controlplane packaging-tools ## config/ through kustomize and kubectl, the bundle, the chart
+	$(PY) -m pytest tests/packaging $(PYTEST_ARGS)
 
 .PHONY: test-vcsim
 test-vcsim: venv vcsim ## vSphere layer against the simulator
@@ -110,7 +114,7 @@ bench: tools ## run benchmarks, write bench/results/latest.md
 # --- demo and operator habits --------------------------------------------------
 
 .PHONY: demo
-demo: tools ## control plane + vcsim + actors + operator; KEEP=1 leaves it running
+demo: venv controlplane vcsim ## control plane + vcsim + actors + operator; KEEP=1 leaves it running
 	$(PY) -m sim.demo $(if $(KEEP),--keep,)
 
 .PHONY: run

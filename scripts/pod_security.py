@@ -1,7 +1,7 @@
 """Pod templates against OpenShift's `restricted-v2` SCC and the `restricted` Pod Security Standard.
 
 `make lint` (`scripts.validate_manifests`) runs `violations()` on every Pod template
-under `config/`; `tests/unit/test_pod_security.py` shows each rule catching a broken
+under `config/`; `tests/packaging/test_pod_security.py` shows each rule catching a broken
 template. The rules are written out one by one, each naming where it comes from:
 
 * `PSS` - the upstream Pod Security Standards, profile `restricted` (which includes

@@ -1,10 +1,12 @@
 """Waiting for named conditions with deadlines, never for time to pass.
 
-`eventually(probe, until, within=, what=)` calls `probe()` until `until(value)` holds
-and returns that value. When the deadline passes it fails with an `AssertionError`
-that says what was awaited and shows the last observed value (its `describe()` when
-it has one, else its repr), or the last error the probe raised: a failed e2e run
-then reads as "waited 60 s for 3 bound Agents; last saw: ...", not as a bare timeout.
+`eventually(probe, until, what=, within=)` calls `probe()` (a plain function or a
+coroutine function) until `until(value)` holds, truthy by default, and returns that
+value: the one poll-until helper of every suite. When the deadline passes it fails
+with an `AssertionError` that says what was awaited and shows the last observed value
+(its `describe()` when it has one, else its repr), or the last error the probe raised:
+a failed run then reads as "waited 60 s for 3 bound Agents; last observed: ...", not
+as a bare timeout.
 
 `consistently(probe, holds, duration=, what=)` is the converse, for rules of the form
 "nothing happens": it keeps observing for `duration` seconds and fails at the first
@@ -14,8 +16,9 @@ observation that breaks the rule. It watches, it does not sleep blindly.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 __all__ = ["WaitTimeout", "consistently", "describe", "eventually"]
 
@@ -36,21 +39,67 @@ def describe(value: Any) -> str:
     return text
 
 
+# The overloads type the result: without `until` it is truthy, so never None.
+@overload
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    what: str,
+    within: float = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
 async def eventually(
     probe: Callable[[], Awaitable[T]],
-    until: Callable[[T], bool] = bool,
+    until: Callable[[T], object],
     *,
-    within: float,
     what: str,
+    within: float = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    probe: Callable[[], T | None],
+    *,
+    what: str,
+    within: float = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    probe: Callable[[], T],
+    until: Callable[[T], object],
+    *,
+    what: str,
+    within: float = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+async def eventually(
+    probe: Callable[[], Any],
+    until: Callable[[Any], object] = bool,
+    *,
+    what: str,
+    within: float = 30.0,
     interval: float = 0.2,
-) -> T:
-    """The first value of `probe()` for which `until` holds, within `within` seconds."""
+) -> Any:
+    """The first value of `probe()` for which `until` holds, within `within` seconds of
+    the loop's clock (virtual under looptime)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     last: str = "(never observed)"
     while True:
         try:
-            value = await probe()
+            value = probe()
+            if inspect.isawaitable(value):
+                value = await value
         except (AssertionError, asyncio.CancelledError):
             raise
         except Exception as exc:

@@ -12,9 +12,9 @@ against the "restricted" standard.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +24,7 @@ import yaml
 from agentforge.api import names
 from scripts import kustomize
 from sim.controlplane import ControlPlane
+from sim.controlplane.processes import wait_for
 from sim.controlplane.rest import RestClient
 from sim.paths import REPO_ROOT, binary
 
@@ -84,17 +85,11 @@ def exists(api: RestClient, obj: dict[str, Any]) -> bool:
     return status == 200
 
 
-def established(api: RestClient, crd: dict[str, Any], within: float = 60.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        status = api.get(path_of(api, crd)).body.get("status") or {}
-        if any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in status.get("conditions") or []
-        ):
-            return True
-        time.sleep(0.2)
-    return False
+def established(api: RestClient, crd: dict[str, Any]) -> bool:
+    status = api.get(path_of(api, crd)).body.get("status") or {}
+    return any(
+        c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []
+    )
 
 
 def test_make_targets_are_kubectl_server_side_applies_of_config() -> None:
@@ -115,7 +110,11 @@ def test_install_then_deploy_creates_every_object_of_the_default_overlay(
     api = cluster.direct_client()
     ok(make(cluster, "install"))
     for crd in rendered("crd"):
-        assert established(api, crd), crd["metadata"]["name"]
+        wait_for(
+            functools.partial(established, api, crd),
+            what=f"CRD {crd['metadata']['name']} to be Established",
+            timeout=60,
+        )
 
     cluster.create_namespace("vsphere-credentials")  # as docs/installation.md says, first
     credentials = "CREDENTIAL_NAMESPACES=vsphere-credentials"

@@ -16,6 +16,7 @@ from typing import Any
 from agentforge.api import kinds, names
 from agentforge.kube import client as kube_client
 from agentforge.kube import errors
+from sim.actors.waiting import eventually
 from sim.controlplane.controlplane import ControlPlane
 from tests.kube.reconcilers_support import (
     NODE_POOL,
@@ -28,7 +29,6 @@ from tests.kube.reconcilers_support import (
     machine_obj,
     pool_obj,
     running_operator,
-    until,
 )
 
 JsonObj = dict[str, Any]
@@ -102,7 +102,9 @@ class World:
 
     async def vm_recorded(self, va: str, *, bios_uuid: str, mac: str | None = None) -> str:
         """The vm controller's part: the VM of `va` exists and its identity is recorded."""
-        found = await until(f"a VsphereAgent for {va}", lambda: self.get(kinds.VSPHERE_AGENT, va))
+        found = await eventually(
+            lambda: self.get(kinds.VSPHERE_AGENT, va), what=f"a VsphereAgent for {va}"
+        )
         vm_name: str = found["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
         vm = {"name": vm_name, "biosUUID": bios_uuid, **({"macAddress": mac} if mac else {})}
         await self.patch(kinds.VSPHERE_AGENT, va, {"status": {"vm": vm}}, status=True)
@@ -121,14 +123,16 @@ class World:
                 return vm
             return None
 
-        return await until(f"VsphereAgent {va} in phase {phase}/{reason}", check)
+        return await eventually(check, what=f"VsphereAgent {va} in phase {phase}/{reason}")
 
     async def prepared(self, am: str, *, cleanup: str = "Delete") -> tuple[str, str, str]:
         """A pool, a waiting AM with its Machine, its VM recorded and its Agent prepared."""
         await self.setup_pool(cleanup=cleanup)
         await self.waiting_agent_machine(am)
         await self.create(kinds.MACHINE, machine_obj(self.cpns, self.ns, f"machine-{am}", infra=am))
-        va = await until(f"a VsphereAgent for {am}", lambda: self.get(kinds.VSPHERE_AGENT, am))
+        va = await eventually(
+            lambda: self.get(kinds.VSPHERE_AGENT, am), what=f"a VsphereAgent for {am}"
+        )
         vm_name = va["metadata"]["annotations"][names.ANNOTATION_VM_NAME]
         # the vm controller's part: the VM exists and its identity is recorded
         await self.patch(

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
@@ -38,6 +38,7 @@ from agentforge.reconcilers.pool import pool
 from agentforge.reconcilers.scaleup import scaleup
 from agentforge.reconcilers.vm import spread_rules, vm
 from agentforge.wiring import CACHED_KINDS
+from sim.actors.waiting import eventually
 from sim.cluster_config import cluster_config
 from sim.controlplane.controlplane import ControlPlane
 
@@ -46,7 +47,6 @@ FAST_VSPHERE = vsphere.SessionOptions(
     retry_attempts=3, retry_initial_seconds=0.01, retry_max_seconds=0.05, wait_max_seconds=15
 )
 KINDS = CACHED_KINDS  # the kinds the app caches
-T = TypeVar("T")
 JsonObj = dict[str, Any]
 
 
@@ -154,7 +154,10 @@ async def running_operator(
             try:
                 # Workers exist before the test body starts (the task hygiene check
                 # counts tasks created during the body).
-                await until("the controllers' caches to sync", _started(controllers))
+                await eventually(
+                    lambda: all(c.started for c in controllers),
+                    what="the controllers' caches to sync",
+                )
                 for _ in range(3):
                     await asyncio.sleep(0)
                 yield Operator(deps=deps, clock=clock, controllers=controllers)
@@ -168,27 +171,6 @@ async def running_operator(
                     await credentials.close()
     if owned:
         await registry.close()
-
-
-def _started(controllers: list[Controller]) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return all(c.started for c in controllers)
-
-    return check
-
-
-async def until(what: str, check: Callable[[], Awaitable[T | None]], *, within: float = 30.0) -> T:
-    """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    last: T | None = None
-    while True:
-        last = await check()
-        if last:
-            return last
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 # --- objects -----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.reconcilers.planning import naming
 from agentforge.reconcilers.vm import spread_rules, vm
 from sim.actors.isoserver import discovery_iso
+from sim.actors.waiting import eventually
 from sim.vcsim.launcher import Vcsim
 from sim.vsphere_tasks import TaskDriver
 
@@ -395,24 +396,6 @@ class World:
 
     # --- waiting ------------------------------------------------------------------------
 
-    async def wait_for(
-        self,
-        what: str,
-        check: Callable[[], Awaitable[Any]],
-        *,
-        deadline: float = DEADLINE,
-    ) -> Any:
-        """Poll `check` until it returns something truthy (named for the failure)."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline
-        last: Any = None
-        while loop.time() < end:
-            last = await check()
-            if last:
-                return last
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"timed out after {deadline}s waiting for {what} (last: {last!r})")
-
     async def condition(
         self, kind: kinds.Kind, name: str, type_: str, *, status: str, reason: str | None = None
     ) -> dict[str, Any]:
@@ -427,7 +410,10 @@ class World:
                     return obj
             return None
 
-        return await self.wait_for(f"{kind.kind} {name} {type_}={status}/{reason}", check)  # type: ignore[no-any-return]
+        found: dict[str, Any] = await eventually(
+            check, what=f"{kind.kind} {name} {type_}={status}/{reason}"
+        )
+        return found
 
     # --- controllers --------------------------------------------------------------------
 
@@ -446,7 +432,7 @@ class World:
         async def check() -> bool:
             return await self._cache_current(kind, name)
 
-        await self.wait_for(f"the informer to hold {kind.kind} {name} as stored", check)
+        await eventually(check, what=f"the informer to hold {kind.kind} {name} as stored")
 
     async def settled(self, kind: kinds.Kind, name: str, controller: Controller) -> None:
         """Wait until the cache holds the API server's current version of `name` and
@@ -456,7 +442,7 @@ class World:
             idle = len(controller.queue) == 0 and not controller.queue.processing
             return await self._cache_current(kind, name) and idle
 
-        await self.wait_for(f"{controller.name} to see {kind.kind} {name} as stored", check)
+        await eventually(check, what=f"{controller.name} to see {kind.kind} {name} as stored")
 
     async def reconciled(self, controller: Controller, key: str) -> None:
         """Enqueue `key` and wait until `controller` has finished one more reconcile
@@ -468,7 +454,7 @@ class World:
             idle = len(controller.queue) == 0 and not controller.queue.processing
             return reconcile_count(controller) > before and idle
 
-        await self.wait_for(f"{controller.name} to reconcile {key}", check)
+        await eventually(check, what=f"{controller.name} to reconcile {key}")
 
     @contextlib.asynccontextmanager
     async def run(

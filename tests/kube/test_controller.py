@@ -11,6 +11,7 @@ import pytest
 from agentforge.api.kinds import AGENT
 from agentforge.kube import client, controller, informer, queue, store
 from agentforge.kube.store import ObjectKey
+from sim.actors.waiting import eventually
 
 
 def agent(name: str) -> dict[str, Any]:
@@ -75,9 +76,11 @@ async def test_every_object_change_is_reconciled_and_its_status_written(
                 "before-2": "waiting",
                 "after": "waiting",
             }
-            async with asyncio.timeout(30):
-                while states() != expected:  # noqa: ASYNC110 - the cache is fed by the network
-                    await asyncio.sleep(0.05)
+            await eventually(
+                lambda: states() == expected,  # the cache is fed by the network
+                what=f"the cached states {expected}",
+                interval=0.05,
+            )
         finally:
             await ctrl.stop()
             with contextlib.suppress(asyncio.CancelledError):

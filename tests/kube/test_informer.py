@@ -16,6 +16,7 @@ from typing import Any
 
 from agentforge.api.kinds import Kind
 from agentforge.kube import client, informer
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 
 CONFIGMAP = Kind("", "v1", "ConfigMap", "configmaps")
@@ -80,16 +81,22 @@ def cache_state(inf: informer.Informer) -> dict[str, tuple[str, int]]:
 
 async def relisted(proxy: ProxyControl, *, at_least: int) -> None:
     """Wait until the informer has sent `at_least` LISTs of ConfigMaps (a relist)."""
-    async with asyncio.timeout(30):
-        while (await proxy.counts()).get(("list", "configmaps"), 0) < at_least:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)  # polls the proxy, another process: no event to await
+    # polls the proxy, another process: no event to await
+    await eventually(
+        proxy.counts,
+        lambda counts: counts.get(("list", "configmaps"), 0) >= at_least,
+        what=f"{at_least} LISTs of ConfigMaps",
+        interval=0.05,
+    )
 
 
 async def converge(inf: informer.Informer, kube: client.KubeClient, namespace: str) -> None:
     expected = await server_state(kube, namespace)
-    async with asyncio.timeout(30):
-        while cache_state(inf) != expected:  # noqa: ASYNC110 - polls a cache fed by the network
-            await asyncio.sleep(0.05)
+    await eventually(
+        lambda: cache_state(inf) == expected,  # a cache fed by the network
+        what="the informer's cache to hold the server's state",
+        interval=0.05,
+    )
 
 
 def assert_history_is_consistent(history: History, final: dict[str, tuple[str, int]]) -> None:
@@ -191,9 +198,11 @@ async def test_watch_failures_back_off_and_recover(
         await proxy.fail_next(3, status=500, verb="watch", resource="configmaps")
         await proxy.drop_watches(resource="configmaps")
         await kube.create(CONFIGMAP, configmap("after-faults", "1"), namespace=namespace)
-        async with asyncio.timeout(30):
-            while inf.get(namespace=namespace, name="after-faults") is None:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
+        await eventually(
+            lambda: inf.get(namespace=namespace, name="after-faults"),
+            what="ConfigMap after-faults in the cache",
+            interval=0.05,
+        )
     requests = [r for r in await proxy.requests() if r.verb == "watch" and r.fault]
     assert len(requests) == 3
 

@@ -21,6 +21,7 @@ import pytest
 from agentforge.api import names
 from agentforge.api.kinds import LEASE
 from agentforge.kube import client, leader
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane
 from sim.operator import (
@@ -115,25 +116,18 @@ async def _lease_reads_beyond(op: OperatorProcess, count: float) -> bool:
     return await _lease_reads(op) >= count
 
 
-async def _until(check: Any, *, within: float) -> None:
-    """Poll `check` (another process's /metrics, or the Lease: nothing to await)."""
-    async with asyncio.timeout(within):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.1)
-
-
 async def _leader_of(
     pair: tuple[OperatorProcess, OperatorProcess], lease_name: str, *, within: float = 20
 ) -> tuple[OperatorProcess, OperatorProcess]:
     a, b = pair
-    async with asyncio.timeout(within):
-        while True:
-            status = [await _leading(a, lease_name), await _leading(b, lease_name)]
-            if any(status):
-                return (a, b) if status[0] else (b, a)
-            await asyncio.sleep(0.1)
+
+    async def leading() -> list[bool]:
+        return [await _leading(a, lease_name), await _leading(b, lease_name)]
+
+    status = await eventually(
+        leading, any, what=f"one of two operators leading {lease_name}", within=within
+    )
+    return (a, b) if status[0] else (b, a)
 
 
 async def test_of_two_operators_exactly_one_leads_and_the_lease_names_it(
@@ -143,7 +137,11 @@ async def test_of_two_operators_exactly_one_leads_and_the_lease_names_it(
     # The standby must stay a standby: wait until it has read the Lease twice more
     # (two retry periods, each an attempt that found the Lease held).
     seen = await _lease_reads(standby)
-    await _until(lambda: _lease_reads_beyond(standby, seen + 2), within=20)
+    await eventually(
+        lambda: _lease_reads_beyond(standby, seen + 2),
+        what="the standby reading the Lease twice more",
+        within=20,
+    )
     assert await _leading(leader_op, lease_name)
     assert not await _leading(standby, lease_name)
     assert await standby.readyz() == 200  # warm: caches synced while not leading
@@ -251,8 +249,10 @@ async def test_racing_electors_on_the_real_lease_produce_one_holder(
     tasks = [asyncio.create_task(e.acquire()) for e in electors]
     done, pending = await asyncio.wait(tasks, timeout=10, return_when=asyncio.FIRST_COMPLETED)
     # Every loser retried at least once (a second read of the Lease) and still lost.
-    await _until(
-        lambda: _all_read_twice(reads, [electors[tasks.index(t)] for t in pending]), within=10
+    await eventually(
+        lambda: _all_read_twice(reads, [electors[tasks.index(t)] for t in pending]),
+        what="every losing candidate reading the Lease twice",
+        within=10,
     )
     for task in pending:
         task.cancel()

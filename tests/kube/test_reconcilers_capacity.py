@@ -20,11 +20,12 @@ from agentforge.api import kinds, names
 from agentforge.kube import client as kube_client
 from agentforge.reconcilers.pool import status_pacing
 from agentforge.reconcilers.vm import vm_create
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane
 from sim.controlplane.pytest_plugin import namespace_name
 from sim.vcsim.launcher import Vcsim
-from tests.kube.reconcilers_support import IDENTITY, Operator, running_operator, serial, until
+from tests.kube.reconcilers_support import IDENTITY, Operator, running_operator, serial
 from tests.kube.reconcilers_world import (
     INFRA_ENV,
     SECRET,
@@ -167,7 +168,7 @@ class Whole:
             ready = labels.get(names.LABEL_AGENT_MACHINE) == am and found["spec"].get("approved")
             return found if ready else None
 
-        return await until(f"Agent {agent} prepared for {am}", check)
+        return await eventually(check, what=f"Agent {agent} prepared for {am}")
 
     async def vm_phase(self, va: str, phase: str) -> JsonObj:
         async def check() -> JsonObj | None:
@@ -175,7 +176,7 @@ class Whole:
             vm = ((found or {}).get("status") or {}).get("vm") or {}
             return found if vm.get("phase") == phase else None
 
-        return await until(f"VsphereAgent {va} {phase}", check)
+        return await eventually(check, what=f"VsphereAgent {va} {phase}")
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
+from sim.actors.waiting import eventually
 from tests.kube.pool_world import UUID, World
 from tests.kube.reconcilers_support import (
     agent_inventory,
     agent_obj,
     machine_obj,
-    until,
 )
 
 JsonObj = dict[str, Any]
@@ -49,7 +49,7 @@ async def test_the_replacement_of_a_booting_agent_machine_gets_its_vm(world: Wor
         labels = (va or {}).get("metadata", {}).get("labels", {})
         return va if labels.get(names.LABEL_AGENT_MACHINE) == "am-new" else None
 
-    va = await until("am-old's VsphereAgent handed to am-new", handed_over)
+    va = await eventually(handed_over, what="am-old's VsphereAgent handed to am-new")
     am_new = await world.get(kinds.AGENT_MACHINE, "am-new")
     assert am_new is not None
     # The record is written before the label moves and may be cleared by the next pass
@@ -69,14 +69,14 @@ async def test_the_replacement_of_a_booting_agent_machine_gets_its_vm(world: Wor
         labels = (agent or {}).get("metadata", {}).get("labels", {})
         return agent if labels.get(names.LABEL_AGENT_MACHINE) == "am-new" else None
 
-    agent = await until("the Agent labelled for am-new", prepared)
+    agent = await eventually(prepared, what="the Agent labelled for am-new")
     assert agent["spec"]["hostname"] == vm_name
 
     async def record_cleared() -> bool:
         found = await world.get(kinds.VSPHERE_AGENT, "am-old")
         return found is not None and "handover" not in (found.get("status") or {})
 
-    await until("the hand-over record cleared", record_cleared)
+    await eventually(record_cleared, what="the hand-over record cleared")
     await world.bind("agent-1", "am-new")
     vm = await world.phase_is("am-old", "Bound", "AgentBound")
     assert vm["machineRef"]["name"] == "m-new"

@@ -13,6 +13,7 @@ import pytest
 from agentforge import redaction, vsphere
 from agentforge.api import kinds, names
 from agentforge.kube import errors as kerrors
+from sim.actors.waiting import eventually
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import MUTATING, World, reconcile_count
 
@@ -43,7 +44,7 @@ async def iso_token_processed(world: World, token: str) -> dict[str, Any]:
         iso = ((pool or {}).get("status") or {}).get("iso") or {}
         return pool if iso.get("forceRefreshToken") == token else None
 
-    return await world.wait_for(f"force-refresh token {token} processed", check)  # type: ignore[no-any-return]
+    return await eventually(check, what=f"force-refresh token {token} processed")
 
 
 def methods(counters: dict[str, Any], *wanted: str) -> dict[str, int]:
@@ -83,7 +84,7 @@ async def test_an_unchanged_iso_is_rechecked_at_the_interval_without_downloading
             fresh = await world.get(POOL, "pool")
             return bool(fresh and fresh["status"]["iso"]["checkedAt"] > first_check)
 
-        await world.wait_for("a re-check after checkInterval", rechecked, deadline=15)
+        await eventually(rechecked, what="a re-check after checkInterval", within=15)
     assert world.iso.served == served  # 304: zero bytes
     assert await world.iso_files() == [f"{world.prefix}/{world.iso.sha256}.iso"]
 
@@ -175,9 +176,9 @@ async def test_a_file_attached_to_a_known_vm_outside_the_folder_is_never_pruned(
         await world.kube.update_status(
             kinds.VSPHERE_AGENT, namespace=world.namespace, name="moved", mutate=record
         )
-        await world.wait_for(
-            "the informer to see the recorded VM",
+        await eventually(
             _cached_uuid(world, "moved", elsewhere.bios_uuid),
+            what="the informer to see the recorded VM",
         )
         world.iso.change()
         await force_refresh(world, "t1")
@@ -261,7 +262,7 @@ async def test_steady_state_costs_no_vsphere_call_until_the_generation_changes(
             counted = await vcsim_control.counters()
             return bool(counted.get("methods", {}))
 
-        await world.wait_for("a preflight after the generation changed", preflight_ran)
+        await eventually(preflight_ran, what="a preflight after the generation changed")
     counted = await vcsim_control.counters()
     assert methods(counted, *MUTATING) == {}
 
@@ -302,7 +303,7 @@ async def test_a_status_an_older_version_wrote_is_rewritten_without_a_download(
                     found if (found.get("url"), found.get("urlHash")) == (shown, digest) else None
                 )
 
-            after = await world.wait_for("status.iso rewritten to the shown URL", rewritten)
+            after = await eventually(rewritten, what="status.iso rewritten to the shown URL")
         assert world.iso.requests == requests, "no request to the image service"
         assert {k: v for k, v in after.items() if k not in ("url", "urlHash")} == {
             k: v for k, v in iso.items() if k not in ("url", "urlHash")
@@ -319,7 +320,7 @@ async def test_a_missing_infra_env_is_reported_and_nothing_is_done(
         pool = await world.condition(
             POOL, "pool", "ISOReady", status="False", reason="WaitingForInfraEnv"
         )
-        await world.wait_for("a Warning event", lambda: world.events("InfraEnvNotFound"))
+        await eventually(lambda: world.events("InfraEnvNotFound"), what="a Warning event")
     message = {c["type"]: c for c in pool["status"]["conditions"]}["ISOReady"]["message"]
     assert f"InfraEnv {world.namespace}/infra not found" in message
     assert "spec.infraEnvRef.name" in message
@@ -335,7 +336,7 @@ async def test_an_infra_env_without_iso_url_is_reported_and_nothing_is_done(
     await world.create_pool()
     async with world.run(vm_controller=False):
         await world.condition(POOL, "pool", "ISOReady", status="False", reason="WaitingForInfraEnv")
-        events = await world.wait_for("a Warning event", lambda: world.events("ISOURLMissing"))
+        events = await eventually(lambda: world.events("ISOURLMissing"), what="a Warning event")
     assert events[0]["type"] == "Warning"
     assert "status.isoDownloadURL" in events[0]["message"]
     await assert_nothing_changed(vcsim_control)
@@ -352,7 +353,7 @@ async def test_an_iso_url_answering_404_is_reported_and_nothing_is_done(
         pool = await world.condition(
             POOL, "pool", "ISOReady", status="False", reason="ISOCacheFailed"
         )
-        events = await world.wait_for("a Warning event", lambda: world.events("ISOCacheFailed"))
+        events = await eventually(lambda: world.events("ISOCacheFailed"), what="a Warning event")
     message = {c["type"]: c for c in pool["status"]["conditions"]}["ISOReady"]["message"]
     assert "HTTP 404" in message
     assert f"InfraEnv {world.namespace}/infra" in message
@@ -372,8 +373,8 @@ async def test_a_secret_missing_a_key_is_reported_and_vsphere_is_not_called(
         pool = await world.condition(
             POOL, "pool", "VsphereReady", status="False", reason="CredentialsUnavailable"
         )
-        events = await world.wait_for(
-            "a Warning event", lambda: world.events("CredentialsUnavailable")
+        events = await eventually(
+            lambda: world.events("CredentialsUnavailable"), what="a Warning event"
         )
         message = {c["type"]: c for c in pool["status"]["conditions"]}["VsphereReady"]["message"]
         assert f"Secret {world.namespace}/vc-creds has no key 'password'" in message

@@ -8,10 +8,9 @@ for; a Secret in another namespace is refused, in one text, until it opts in.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from agentforge.reconcilers.infra.credentials import (
     not_shared,
 )
 from agentforge.reconcilers.infra.secret_source import SecretCredentials
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 
 pytestmark = pytest.mark.controlplane
@@ -67,16 +67,6 @@ async def reader(controlplane: Any, namespace: str) -> AsyncIterator[client.Kube
         yield kube
 
 
-async def until(what: str, check: Callable[[], Awaitable[bool]], deadline: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while loop.time() < end:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def secret_requests(proxy: ProxyControl, namespace: str) -> list[Any]:
     return [r for r in await proxy.requests(f"{READER}-{namespace}") if r.resource == "secrets"]
 
@@ -112,7 +102,7 @@ async def _rotation(
     await kube.patch_merge(
         kinds.SECRET, namespace=namespace, name="vc", patch={"stringData": {"password": "second"}}
     )
-    await until("the rotation reported", lambda: _true(bool(changed)))
+    await eventually(lambda: bool(changed), what="the rotation reported", within=15.0)
     found = await source.get(namespace=namespace, name="vc", for_namespace=namespace)
     assert found.password == "second"
     await kube.patch_merge(
@@ -124,7 +114,7 @@ async def _rotation(
     async def two_more_reads() -> bool:
         return len(await secret_requests(proxy, namespace)) >= seen + 2
 
-    await until("two more re-reads", two_more_reads)
+    await eventually(two_more_reads, what="two more re-reads", within=15.0)
     assert changed == [(namespace, "vc")]
     requests = await secret_requests(proxy, namespace)
     assert {r.verb for r in requests} == {"get"}
@@ -142,7 +132,7 @@ async def test_a_missing_secret_names_itself_and_the_fix_and_its_creation_is_not
         assert f"Secret {namespace}/vc not found" in str(caught.value)
         assert "credentialsSecretRef" in str(caught.value)
         await kube.create(kinds.SECRET, secret("vc", "pw"), namespace=namespace)
-        await until("the new Secret to be reported", lambda: _true(bool(changed)))
+        await eventually(lambda: bool(changed), what="the new Secret to be reported", within=15.0)
         found = await source.get(namespace=namespace, name="vc", for_namespace=namespace)
         assert found.password == "pw"
 
@@ -184,7 +174,7 @@ async def test_a_secret_of_another_namespace_is_refused_until_it_lists_the_pools
         await kube.create(kinds.SECRET, secret("vc", "pw"), namespace=namespace)
         changed: list[tuple[str, str]] = []
         source.subscribe(lambda ns, name: changed.append((ns, name)))
-        await until("the new Secret to be re-read", lambda: _true(bool(changed)))
+        await eventually(lambda: bool(changed), what="the new Secret to be re-read", within=15.0)
         assert await attempt() == missing  # exists now: the same words
         await kube.patch_merge(
             kinds.SECRET,
@@ -192,9 +182,7 @@ async def test_a_secret_of_another_namespace_is_refused_until_it_lists_the_pools
             name="vc",
             patch={"metadata": {"annotations": {names.ANNOTATION_ALLOWED_NAMESPACES: tenant}}},
         )
-        await until("the annotation to be re-read", lambda: _true(len(changed) >= 2))
+        await eventually(
+            lambda: len(changed) >= 2, what="the annotation to be re-read", within=15.0
+        )
         assert await attempt() == "accepted"
-
-
-async def _true(value: bool) -> bool:
-    return value

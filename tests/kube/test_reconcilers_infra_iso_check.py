@@ -19,6 +19,7 @@ import pytest
 from agentforge.api import kinds, names
 from agentforge.vsphere import datastore
 from sim.actors.iso9660 import build_iso
+from sim.actors.waiting import eventually
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import MUTATING, World, discovery_image
 
@@ -111,7 +112,7 @@ async def test_a_200_that_is_no_boot_image_uploads_nothing_and_creates_no_vm(
     await world.create_vsphere_agent("va1")
     async with world.run():
         pool = await iso_ready(world, status="False", reason="ISOInvalid")
-        events = await world.wait_for("a Warning event", lambda: world.events("ISOInvalid"))
+        events = await eventually(lambda: world.events("ISOInvalid"), what="a Warning event")
         va = await world.condition(VA, "va1", "Ready", status="False", reason="WaitingForISO")
     message = condition(pool, "ISOReady")["message"]
     assert f"InfraEnv {world.namespace}/infra was not cached" in message
@@ -225,7 +226,7 @@ async def test_a_page_cached_before_images_were_checked_is_no_longer_used(
             found = await world.get(POOL, "pool") or {}
             return None if found["status"]["iso"].get("path") else found
 
-        pool = await world.wait_for("status.iso.path dropped", dropped)
+        pool = await eventually(dropped, what="status.iso.path dropped")
     assert world.iso.served >= len(LOGIN_PAGE), "downloaded again, not reused"
     message = condition(pool, "ISOReady")["message"]
     assert f"{len(LOGIN_PAGE)} bytes, cached before agent-forge checked images" in message

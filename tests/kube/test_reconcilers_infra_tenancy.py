@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
+from sim.actors.waiting import eventually
 from sim.controlplane.controlplane import ControlPlane
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import MUTATING, SECRET, World
@@ -52,9 +53,9 @@ async def test_another_namespaces_secret_is_refused_alike_until_its_owner_shares
         stray = await world.condition(
             POOL, "stray", "VsphereReady", status="False", reason="CredentialsNotShared"
         )
-        events = await world.wait_for(
-            "an event per pool",
+        events = await eventually(
             lambda: _events_of(world, "CredentialsNotShared", {"borrower", "stray"}),
+            what="an event per pool",
         )
         counted = await vcsim_control.counters()
         assert counted.get("logins", 0) == 0

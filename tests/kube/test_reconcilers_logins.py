@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds
+from sim.actors.waiting import eventually
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import SECRET, World
 
@@ -68,9 +69,9 @@ async def test_a_wrong_password_is_reported_on_exactly_its_pools_and_never_storm
             assert "InvalidLogin" in message
             assert "next attempt is not before" in message
             assert "not-the-password" not in message
-        warned = await world.wait_for(
-            "LoginFailed events on both bad pools",
+        warned = await eventually(
             lambda: _both(events_about(world, "LoginFailed")),
+            what="LoginFailed events on both bad pools",
         )
         assert set(warned) == {"bad", "bad2"}
         # vCenter ends every session again and again, as in the issue (1,097 failed

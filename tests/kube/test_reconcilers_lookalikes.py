@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
+from sim.actors.waiting import eventually
 from tests.kube.pool_world import UUID, World
 from tests.kube.reconcilers_support import (
     agent_inventory,
     agent_obj,
     machine_obj,
-    until,
 )
 
 JsonObj = dict[str, Any]
@@ -83,7 +83,7 @@ async def test_an_agent_bound_to_a_namesake_cluster_does_not_keep_the_agent_mach
         status = pool.get("status") or {}
         return pool if (status.get("boundAgents"), status.get("matchingAgents")) == (1, 1) else None
 
-    pool = await until("the pool counting its one bound Agent", counted)
+    pool = await eventually(counted, what="the pool counting its one bound Agent")
     assert [(v["name"], v["phase"]) for v in pool["status"]["ownedVMs"]] == [(vm_name, "Bound")]
     look_alike = await world.get(kinds.AGENT, "a-look-alike")
     assert look_alike is not None
@@ -129,7 +129,7 @@ async def test_a_vm_taken_by_a_namesake_cluster_is_replaced_for_the_agent_machin
                 return va
         return None
 
-    new_va = await until("a new VsphereAgent for am-1", replacement)
+    new_va = await eventually(replacement, what="a new VsphereAgent for am-1")
     assert new_va["metadata"]["name"].startswith("am-1-workers-")
     pool = await world.pool()
     assert not any(a["type"] == "DeleteVM" for a in pool["status"]["plannedActions"])

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
+from sim.actors.waiting import eventually
 from tests.kube.pool_world import UUID, World, pool_with
 from tests.kube.reconcilers_support import (
     LABELS,
@@ -20,7 +21,6 @@ from tests.kube.reconcilers_support import (
     SHARED_MAC,
     agent_inventory,
     agent_obj,
-    until,
 )
 
 JsonObj = dict[str, Any]
@@ -36,7 +36,9 @@ async def test_a_waiting_agent_machine_gets_a_pinned_selector_and_one_vsphere_ag
 ) -> None:
     await world.setup_pool()
     await world.waiting_agent_machine("am-1")
-    va = await until("a VsphereAgent for am-1", lambda: world.get(kinds.VSPHERE_AGENT, "am-1"))
+    va = await eventually(
+        lambda: world.get(kinds.VSPHERE_AGENT, "am-1"), what="a VsphereAgent for am-1"
+    )
     assert va["metadata"]["labels"] == {
         names.LABEL_POOL: POOL,
         names.LABEL_CREATED_FOR: "agent-machine",
@@ -50,9 +52,9 @@ async def test_a_waiting_agent_machine_gets_a_pinned_selector_and_one_vsphere_ag
         **LABELS,
         names.LABEL_AGENT_MACHINE: "am-1",
     }
-    pool = await until(
-        "the pool counting one waiting AgentMachine",
+    pool = await eventually(
         lambda: pool_with(world, waitingAgentMachines=1, agentMachines=1),
+        what="the pool counting one waiting AgentMachine",
     )
     assert names.FINALIZER_POOL in pool["metadata"]["finalizers"]
     assert [v["metadata"]["name"] for v in await world.vsphere_agents()] == ["am-1"]
@@ -67,7 +69,7 @@ async def test_two_pools_for_one_nodepool_get_a_warning_and_no_vsphere_agent(wor
         found = await world.kube.list(kinds.EVENT, namespace=world.cpns)
         return next((e for e in found.items if e.get("reason") == "AmbiguousPoolMatch"), None)
 
-    event = await until("a Warning event on the AgentMachine", warning)
+    event = await eventually(warning, what="a Warning event on the AgentMachine")
     assert event["type"] == "Warning"
     assert event["involvedObject"]["name"] == "am-1"
     assert f"{world.ns}/{POOL}" in event["message"]
@@ -77,7 +79,7 @@ async def test_two_pools_for_one_nodepool_get_a_warning_and_no_vsphere_agent(wor
         conditions = (await world.pool()).get("status", {}).get("conditions", [])
         return next((c for c in conditions if c.get("reason") == "AmbiguousPoolMatch"), None)
 
-    await until("the pool reporting AmbiguousPoolMatch", ambiguous)
+    await eventually(ambiguous, what="the pool reporting AmbiguousPoolMatch")
     assert await world.vsphere_agents() == []
 
 
@@ -98,8 +100,9 @@ async def test_an_agent_with_the_vms_bios_uuid_is_prepared_and_the_vm_available(
     vm = await world.phase_is(va, "Available", "AgentAvailable")
     assert vm["agentRef"]["name"] == agent_name
     assert vm["biosUUID"] == UUID
-    pool = await until(
-        "the pool listing the VM", lambda: pool_with(world, matchingAgents=1, availableAgents=1)
+    pool = await eventually(
+        lambda: pool_with(world, matchingAgents=1, availableAgents=1),
+        what="the pool listing the VM",
     )
     assert [(v["name"], v["phase"]) for v in pool["status"]["ownedVMs"]] == [(vm_name, "Available")]
 
@@ -125,7 +128,7 @@ async def test_phases_follow_binding_and_machine_deletion_then_cleanup_deletes(
         return found is None or bool(found["metadata"].get("deletionTimestamp"))
 
     # held by the vm controller's finalizer (set at creation): VM and Agent are its job
-    await until("the released VsphereAgent to be deleted", deleting)
+    await eventually(deleting, what="the released VsphereAgent to be deleted")
     assert await world.get(kinds.AGENT, agent) is not None
 
 
@@ -138,9 +141,8 @@ async def test_retain_keeps_a_released_vm(world: World) -> None:
     await world.kube.delete(kinds.MACHINE, namespace=world.cpns, name="machine-am-1")
     await world.patch(kinds.MACHINE, "machine-am-1", {"metadata": {"finalizers": None}})
     await world.phase_is(va, "Released", "MachineDeleted")
-    pool = await until(
-        "the pool's plan after the release",
-        lambda: pool_with(world, agentMachines=0),
+    pool = await eventually(
+        lambda: pool_with(world, agentMachines=0), what="the pool's plan after the release"
     )
     assert not any(a["type"] == "DeleteVM" for a in pool["status"]["plannedActions"])
     assert await world.get(kinds.VSPHERE_AGENT, va) is not None
@@ -154,9 +156,9 @@ async def test_a_vm_whose_agent_is_bound_is_never_cleaned_up(world: World) -> No
     await world.kube.delete(kinds.MACHINE, namespace=world.cpns, name="machine-am-1")
     await world.patch(kinds.MACHINE, "machine-am-1", {"metadata": {"finalizers": None}})
     await world.kube.delete(kinds.AGENT_MACHINE, namespace=world.cpns, name="am-1")
-    await until(
-        "the pool seeing no AgentMachine",
+    await eventually(
         lambda: pool_with(world, agentMachines=0, desiredReplicas=0),
+        what="the pool seeing no AgentMachine",
     )
     # Released (MachineDeleting) while the Machine was being deleted, Bound again
     # once it is gone: the Agent is still bound to it.
@@ -172,14 +174,11 @@ async def test_pool_deletion_removes_vsphere_agents_then_its_finalizer(world: Wo
     await world.setup_pool()
     await world.waiting_agent_machine("am-1")
     await world.waiting_agent_machine("am-2")
-    await until("two VsphereAgents", lambda: _count(world, 2))
+    await eventually(lambda: _count(world, 2), what="two VsphereAgents")
     # Both were created with the vm controller's finalizer; am-2 loses it, as one made
     # by an older version the vm controller has not seen yet.
     await world.patch(kinds.VSPHERE_AGENT, "am-2", {"metadata": {"finalizers": None}})
-    await until(
-        "the pool finalizer",
-        lambda: _has_finalizer(world),
-    )
+    await eventually(lambda: _has_finalizer(world), what="the pool finalizer")
     await world.kube.delete(kinds.VSPHERE_AGENT_POOL, namespace=world.ns, name=POOL)
 
     async def only_held_one_left() -> bool:
@@ -188,7 +187,7 @@ async def test_pool_deletion_removes_vsphere_agents_then_its_finalizer(world: Wo
             left[0]["metadata"].get("deletionTimestamp")
         )
 
-    await until("am-2 gone and am-1 deleting", only_held_one_left)
+    await eventually(only_held_one_left, what="am-2 gone and am-1 deleting")
 
     async def reports_deleting() -> bool:
         conditions = ((await world.pool()).get("status") or {}).get("conditions") or []
@@ -197,7 +196,7 @@ async def test_pool_deletion_removes_vsphere_agents_then_its_finalizer(world: Wo
             for c in conditions
         )
 
-    await until("the pool to report Ready=False Deleting", reports_deleting)
+    await eventually(reports_deleting, what="the pool to report Ready=False Deleting")
     assert await world.get(kinds.VSPHERE_AGENT_POOL, POOL) is not None  # held by the finalizer
 
     await world.patch(kinds.VSPHERE_AGENT, "am-1", {"metadata": {"finalizers": None}})
@@ -205,7 +204,7 @@ async def test_pool_deletion_removes_vsphere_agents_then_its_finalizer(world: Wo
     async def pool_gone() -> bool:
         return await world.get(kinds.VSPHERE_AGENT_POOL, POOL) is None
 
-    await until("the pool to be gone", pool_gone)
+    await eventually(pool_gone, what="the pool to be gone")
 
 
 async def _count(world: World, n: int) -> bool:
@@ -243,7 +242,9 @@ async def test_two_pools_whose_vms_share_a_mac_each_prepare_and_count_their_own_
     for pool, (va, _, agent, _) in pools.items():
         await world.bind(agent, va)
         await world.phase_is(va, "Bound", "AgentBound")
-        await until(f"pool {pool} counting one bound Agent", _bound_agents(world, pool, 1))
+        await eventually(
+            _bound_agents(world, pool, 1), what=f"pool {pool} counting one bound Agent"
+        )
     assert [await world.vm_phase(va) for va, *_ in pools.values()] == [("Bound", "AgentBound")] * 2
 
 

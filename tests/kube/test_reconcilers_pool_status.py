@@ -8,9 +8,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from agentforge.api import kinds
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from tests.kube.pool_world import UUID, World, pool_with
-from tests.kube.reconcilers_support import IDENTITY, Operator, until
+from tests.kube.reconcilers_support import IDENTITY, Operator
 
 WRITES = ("create", "update", "patch", "delete", "get", "list")
 
@@ -42,8 +43,7 @@ async def _condition(world: World, type_: str, status: str) -> dict | None:  # t
 
 async def test_status_counts_and_conditions_follow_the_world(world: World) -> None:
     _, vm_name, _ = await world.prepared("am-1")
-    pool = await until(
-        "counts of one waiting AgentMachine and one available Agent",
+    pool = await eventually(
         lambda: pool_with(
             world,
             agentMachines=1,
@@ -55,6 +55,7 @@ async def test_status_counts_and_conditions_follow_the_world(world: World) -> No
             availableAgents=1,
             boundAgents=0,
         ),
+        what="counts of one waiting AgentMachine and one available Agent",
     )
     assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
     by_type = {c["type"]: c for c in pool["status"]["conditions"]}
@@ -81,7 +82,7 @@ async def test_status_counts_and_conditions_follow_the_world(world: World) -> No
         ]}},
         status=True,
     )  # fmt: skip
-    ready = await until("Ready=True", lambda: _condition(world, "Ready", "True"))
+    ready = await eventually(lambda: _condition(world, "Ready", "True"), what="Ready=True")
     assert ready["reason"] == "Reconciled"
     pool = await world.pool()
     assert [vm["name"] for vm in pool["status"]["ownedVMs"]] == [vm_name]
@@ -89,8 +90,8 @@ async def test_status_counts_and_conditions_follow_the_world(world: World) -> No
 
 async def test_nothing_is_written_when_nothing_changed(world: World, proxy: ProxyControl) -> None:
     await world.prepared("am-1")
-    await until("the plan to settle", lambda: _settled(world))
-    await until("the controllers to go idle", lambda: _idle(world.op))
+    await eventually(lambda: _settled(world), what="the plan to settle")
+    await eventually(lambda: _idle(world.op), what="the controllers to go idle")
     await proxy.reset_counts()
     before = _reconciles("pool")
     # An Agent change the planner reads (an annotation) but that changes nothing.
@@ -99,7 +100,7 @@ async def test_nothing_is_written_when_nothing_changed(world: World, proxy: Prox
     async def replanned() -> bool:
         return _reconciles("pool") > before and await _idle(world.op)
 
-    await until("the pool to be replanned", replanned)
+    await eventually(replanned, what="the pool to be replanned")
     rows = await proxy.count_rows(IDENTITY)
     assert [(r.verb, r.resource) for r in rows if r.verb in WRITES] == []
 
@@ -113,7 +114,7 @@ async def _settled(world: World) -> bool:
 async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> None:
     await world.setup_pool()
     await world.waiting_agent_machine("am-1")
-    first = await until("a VsphereAgent", lambda: world.get(kinds.VSPHERE_AGENT, "am-1"))
+    first = await eventually(lambda: world.get(kinds.VSPHERE_AGENT, "am-1"), what="a VsphereAgent")
     vm_name = first["metadata"]["annotations"]["agent-forge.containeroo.ch/vm-name"]
     await world.patch(
         kinds.VSPHERE_AGENT, "am-1", {"status": {"vm": {"name": vm_name, "biosUUID": UUID}}},
@@ -134,7 +135,7 @@ async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> 
 
     # Clean-up deletes the orphan; the vm controller's part (not running here): its VM
     # is gone, so it drops the finalizer the VsphereAgent was created with.
-    await until("the orphan to be deleted", deleting)
+    await eventually(deleting, what="the orphan to be deleted")
     await world.patch(kinds.VSPHERE_AGENT, "am-1", {"metadata": {"finalizers": None}})
 
     async def replaced() -> dict | None:  # type: ignore[type-arg]
@@ -144,4 +145,4 @@ async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> 
         return None
 
     # The AgentMachine still waits, so scaleup asks again.
-    await until("the orphan to be replaced by a new VsphereAgent", replaced)
+    await eventually(replaced, what="the orphan to be replaced by a new VsphereAgent")

@@ -21,6 +21,7 @@ import pytest
 from agentforge.api import kinds, names
 from agentforge.kube import client as kube_client
 from agentforge.reconcilers.planning import naming
+from sim.actors.waiting import eventually
 from sim.controlplane.controlplane import ControlPlane
 from sim.controlplane.pytest_plugin import namespace_name
 from tests.kube.reconcilers_support import (
@@ -30,7 +31,6 @@ from tests.kube.reconcilers_support import (
     agent_obj,
     machine_obj,
     running_operator,
-    until,
 )
 from tests.kube.test_reconcilers_pool import UUID, World
 
@@ -75,7 +75,7 @@ async def test_a_waiting_agent_machine_gets_a_ready_spare_without_a_new_vm(world
             return agent
         return None
 
-    agent = await until("the spare's Agent prepared and counted ready", spare_ready)
+    agent = await eventually(spare_ready, what="the spare's Agent prepared and counted ready")
     assert agent["spec"]["hostname"] == vm_name
     assert agent["metadata"]["labels"][names.LABEL_AGENT_MACHINE] == spare_label
     assert not set(LABELS) & set(agent["metadata"]["labels"])  # no AgentMachine selects it
@@ -92,7 +92,7 @@ async def test_a_waiting_agent_machine_gets_a_ready_spare_without_a_new_vm(world
         labels = (found or {}).get("metadata", {}).get("labels", {})
         return found if labels.get(names.LABEL_AGENT_MACHINE) == "am-1" else None
 
-    agent = await until("the spare's Agent prepared for am-1", prepared)
+    agent = await eventually(prepared, what="the spare's Agent prepared for am-1")
     assert {k: agent["metadata"]["labels"].get(k) for k in LABELS} == LABELS
     va = await world.get(kinds.VSPHERE_AGENT, spare)
     assert va is not None
@@ -100,7 +100,9 @@ async def test_a_waiting_agent_machine_gets_a_ready_spare_without_a_new_vm(world
 
     # a replacement spare is made; nothing is ever created for am-1
     replacement = naming.spare_name(pool=POOL, index=1)
-    await until("a replacement spare", lambda: world.get(kinds.VSPHERE_AGENT, replacement))
+    await eventually(
+        lambda: world.get(kinds.VSPHERE_AGENT, replacement), what="a replacement spare"
+    )
     names_ = sorted(v["metadata"]["name"] for v in await world.vsphere_agents())
     assert names_ == sorted([spare, replacement])
     events = await world.kube.list(kinds.EVENT, namespace=world.cpns)

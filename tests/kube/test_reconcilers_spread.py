@@ -26,6 +26,7 @@ from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import client, events
 from agentforge.vsphere import props
 from agentforge.vsphere.vmomi import vim
+from sim.actors.waiting import eventually
 from sim.controlplane.controlplane import ControlPlane
 from sim.vcsim.launcher import Vcsim
 from tests.kube.reconcilers_support import Operator, running_operator
@@ -162,10 +163,10 @@ async def test_an_unusable_domain_is_skipped_with_a_condition_and_said_in_the_ev
             return any("skipped: zone-gone" in e.get("message", "") for e in events)
 
         # two VMs in a burst: one Event on the pool, created 30 s after the second
-        await world.wait_for(
-            "a VMCreating event naming the skipped domain",
+        await eventually(
             skip_said,
-            deadline=events.FLUSH_INTERVAL_S + DEADLINE,
+            what="a VMCreating event naming the skipped domain",
+            within=events.FLUSH_INTERVAL_S + DEADLINE,
         )
 
 
@@ -265,15 +266,15 @@ async def test_the_pools_anti_affinity_rule_follows_its_vms_and_goes_with_them(
 
         want = {cluster[z]: members(z) for z in ("zone-a", "zone-b")}
         assert all(len(m) == 2 for m in want.values())
-        await world.wait_for(
-            "one rule per cluster holding the pool's VMs there", lambda: rules_hold(want)
+        await eventually(
+            lambda: rules_hold(want), what="one rule per cluster holding the pool's VMs there"
         )
 
         # one VM of zone-a goes: a rule of one VM means nothing, so it is removed
         leaving = next(n for n in names if domain[n] == "zone-a")
         await world.kube.delete(VA, namespace=world.namespace, name=leaving)
         want = {cluster[z]: members(z, leaving) for z in ("zone-a", "zone-b")}
-        await world.wait_for("the zone-a rule removed, zone-b's kept", lambda: rules_hold(want))
+        await eventually(lambda: rules_hold(want), what="the zone-a rule removed, zone-b's kept")
         assert len(want["cluster"]) == 1
 
         # the pool's VsphereAgents go (as the pool controller deletes them with the pool,
@@ -282,7 +283,7 @@ async def test_the_pools_anti_affinity_rule_follows_its_vms_and_goes_with_them(
             if name != leaving:
                 await world.kube.delete(VA, namespace=world.namespace, name=name)
         empty: dict[str, set[str]] = {"cluster": set(), "cluster2": set()}
-        await world.wait_for("no rule of the pool left", lambda: rules_hold(empty))
+        await eventually(lambda: rules_hold(empty), what="no rule of the pool left")
 
 
 @pytest.fixture
@@ -347,7 +348,7 @@ async def test_deleting_the_pool_removes_its_rules_from_every_cluster_and_no_oth
                 return False
         return True
 
-    await world.wait_for("the pool's rule in both clusters", mine_in_both)
+    await eventually(mine_in_both, what="the pool's rule in both clusters")
     held = await world.get(POOL, "pool")
     assert held is not None
     assert "agent-forge.containeroo.ch/spread-rules" in held["metadata"]["finalizers"]
@@ -357,7 +358,7 @@ async def test_deleting_the_pool_removes_its_rules_from_every_cluster_and_no_oth
     async def pool_gone() -> bool:
         return await world.get(POOL, "pool") is None
 
-    await world.wait_for("the pool to be gone (its finalizers released)", pool_gone)
+    await eventually(pool_gone, what="the pool to be gone (its finalizers released)")
     for where in ("cluster", "cluster2"):
         left = await anti_affinity_rules(world, where)
         assert not [n for n in left if n.startswith(marker)], (where, left)
@@ -389,7 +390,7 @@ async def test_a_failed_rule_change_is_said_on_the_pool_and_retried_until_the_ru
         async def failed() -> list[dict[str, Any]]:
             return await world.events("SpreadRuleFailed")
 
-        warnings = await world.wait_for("a SpreadRuleFailed event", failed)
+        warnings = await eventually(failed, what="a SpreadRuleFailed event")
         assert warnings[0]["type"] == "Warning"
         assert warnings[0]["involvedObject"]["kind"] == "VsphereAgentPool"
         message = warnings[0]["message"]
@@ -408,6 +409,6 @@ async def test_a_failed_rule_change_is_said_on_the_pool_and_retried_until_the_ru
                     return False
             return True
 
-        await world.wait_for("both rules to hold the pool's VMs after the retries", rules_hold)
+        await eventually(rules_hold, what="both rules to hold the pool's VMs after the retries")
         assert (await world.vcsim.control.fault_rules())["rules"] == []  # both failures used
         assert sorted(v.name for v in await world.vms()) == sorted(world.vm_name(n) for n in names)

@@ -8,6 +8,7 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import World
@@ -51,7 +52,7 @@ async def gone(world: World, kind: kinds.Kind, name: str) -> None:
     async def check() -> bool:
         return await world.get(kind, name) is None
 
-    await world.wait_for(f"{kind.kind} {name} to be gone", check)
+    await eventually(check, what=f"{kind.kind} {name} to be gone")
 
 
 def method_count(counters: dict[str, Any], method: str) -> int:
@@ -96,7 +97,7 @@ async def test_a_vm_is_created_once_with_the_pools_hardware_markers_iso_and_tags
     assert f"tag-{world.namespace}"[:60] in attached
     assert method_count(await vcsim_control.counters(), "CreateVM_Task") == 1
     # a VM made alone keeps its event on its VsphereAgent, held a moment (GROUP_HOLD_S)
-    (event,) = await world.wait_for("the VMCreated event", lambda: world.events("VMCreated"))
+    (event,) = await eventually(lambda: world.events("VMCreated"), what="the VMCreated event")
     assert event["involvedObject"]["name"] == "va1"
 
 
@@ -146,7 +147,7 @@ async def test_one_status_write_per_pass_ready_and_iso_ejected_together(
         async def idle() -> bool:
             return all(len(c.queue) == 0 and not c.queue.processing for c in controllers)
 
-        await world.wait_for("the vm controller to go idle", idle)
+        await eventually(idle, what="the vm controller to go idle")
         counts = await proxy.counts()
     writes = {k: n for k, n in counts.items() if k[0] in ("update", "patch")}
     assert writes == {
@@ -178,7 +179,7 @@ async def test_a_crash_after_the_checkpoint_finds_the_vm_instead_of_creating_a_s
             issued = await vcsim_control.request_log("CreateVM_Task")
             return va if va and status_of(va).get("creation") and issued else None
 
-        va = await world.wait_for("the checkpoint and an in-flight CreateVM_Task", in_flight)
+        va = await eventually(in_flight, what="the checkpoint and an in-flight CreateVM_Task")
         record = status_of(va)["creation"]
         assert record["phase"] == "CreateIssued"
         assert status_of(va)["vm"]["name"] == record["vmName"] == world.vm_name("va1")
@@ -187,7 +188,7 @@ async def test_a_crash_after_the_checkpoint_finds_the_vm_instead_of_creating_a_s
     async def half_built() -> list[vsphere.VmFacts]:
         return await world.vms()
 
-    leftover = await world.wait_for("the in-flight create to finish in vCenter", half_built)
+    leftover = await eventually(half_built, what="the in-flight create to finish in vCenter")
     assert [v.bios_uuid for v in leftover] == [record["biosUUID"]]
     await vcsim_control.clear_delays()
     async with world.run():  # the restarted operator
@@ -214,7 +215,7 @@ async def killed_mid_create(
             va = await world.get(VA, "va1")
             return va if va and (status_of(va).get("creation") or {}).get("taskRef") else None
 
-        va = await world.wait_for("the create task's moref in status.creation", task_recorded)
+        va = await eventually(task_recorded, what="the create task's moref in status.creation")
         await world.crash()
     record: dict[str, Any] = status_of(va)["creation"]
     assert record["taskRef"].startswith("task-")
@@ -241,7 +242,7 @@ async def test_a_restart_while_the_create_task_runs_waits_for_it_and_creates_not
                 va = await world.get(VA, "va1")
                 return va if va and "still run in folder" in ready(va)["message"] else None
 
-            await world.wait_for("Ready to say it waits for the create in flight", waiting)
+            await eventually(waiting, what="Ready to say it waits for the create in flight")
         va = await created(world, "va1")
     vms = await world.vms()
     assert [(v.name, v.bios_uuid) for v in vms] == [(record["vmName"], record["biosUUID"])]
@@ -269,7 +270,7 @@ async def test_deleting_while_the_create_task_runs_waits_for_it_then_deletes_its
                 va = await world.get(VA, "va1")
                 return va if va and "still run in folder" in ready(va)["message"] else None
 
-            held = await world.wait_for("Ready to say the delete waits for the create", waiting)
+            held = await eventually(waiting, what="Ready to say the delete waits for the create")
             assert ready(held)["reason"] == "VMDeleting"
             assert names.FINALIZER_VSPHERE_AGENT in held["metadata"]["finalizers"]
         await gone(world, VA, "va1")

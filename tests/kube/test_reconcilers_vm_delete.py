@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
+from sim.actors.waiting import eventually
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_support import serial
 from tests.kube.reconcilers_world import World
@@ -28,10 +29,10 @@ async def vm_with_agent(world: World, *, bound: bool = False, **pool_spec: Any) 
     await world.condition(VA, "va1", "Ready", status="True", reason="VMReady")
     await world.create_agent("agent-1", bound=bound)
     await world.set_agent_ref("va1", "agent-1")
-    await world.wait_for("the agentRef in the cache", lambda: _cached_ref(world))
-    await world.wait_for(
-        "the Agent in the cache",
+    await eventually(lambda: _cached_ref(world), what="the agentRef in the cache")
+    await eventually(
         lambda: _true(world.informers[AGENT].get(namespace=world.namespace, name="agent-1")),
+        what="the Agent in the cache",
     )
 
 
@@ -48,7 +49,7 @@ async def gone(world: World, kind: kinds.Kind, name: str) -> None:
     async def check() -> bool:
         return await world.get(kind, name) is None
 
-    await world.wait_for(f"{kind.kind} {name} to be gone", check)
+    await eventually(check, what=f"{kind.kind} {name} to be gone")
 
 
 async def delete_va(world: World) -> None:
@@ -108,7 +109,7 @@ async def test_a_vm_that_is_not_provably_ours_is_left_alone_and_named_in_an_even
         await world.condition(VA, "va1", "Ready", status="False", reason="VMNameConflict")
         await world.create_agent("agent-1")
         await world.set_agent_ref("va1", "agent-1")
-        await world.wait_for("the agentRef in the cache", lambda: _cached_ref(world))
+        await eventually(lambda: _cached_ref(world), what="the agentRef in the cache")
         await vcsim_control.reset_counters()
         await delete_va(world)
         await gone(world, VA, "va1")
@@ -136,11 +137,11 @@ async def test_a_vsphere_agent_whose_pool_is_gone_keeps_its_vm(world: World) -> 
     async with world.run():
         await vm_with_agent(world)
         await world.kube.delete(POOL, namespace=world.namespace, name="pool")
-        await world.wait_for(
-            "the pool to leave the cache",
+        await eventually(
             lambda: _true(
                 world.informers[POOL].get(namespace=world.namespace, name="pool") is None
             ),
+            what="the pool to leave the cache",
         )
         await delete_va(world)
         await gone(world, VA, "va1")
@@ -172,7 +173,7 @@ async def registered_agent(
         obj = world.informers[AGENT].get(namespace=world.namespace, name=name) or {}
         return bool((obj.get("status") or {}).get("inventory"))
 
-    await world.wait_for(f"Agent {name}'s inventory in the cache", cached)
+    await eventually(cached, what=f"Agent {name}'s inventory in the cache")
 
 
 async def test_never_delete_the_vm_of_a_bound_agent_even_when_no_agent_ref_is_recorded(

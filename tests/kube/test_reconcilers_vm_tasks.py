@@ -17,6 +17,7 @@ from agentforge.api import kinds, names
 from agentforge.reconcilers.vm import vm
 from agentforge.reconcilers.vm.vm_context import identity_edit
 from agentforge.vsphere import vms
+from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from sim.vcsim.control import VcsimControl
 from tests.kube.reconcilers_world import World
@@ -58,7 +59,7 @@ async def recorded(world: World, name: str, phase: str) -> dict[str, Any]:
         creation = status_of(await world.get(VA, name)).get("creation") or {}
         return creation if creation.get("phase") == phase and creation.get("taskRef") else None
 
-    found: dict[str, Any] = await world.wait_for(f"{name}: a task recorded in {phase}", check)
+    found: dict[str, Any] = await eventually(check, what=f"{name}: a task recorded in {phase}")
     return found
 
 
@@ -103,8 +104,8 @@ async def test_a_power_on_started_and_finished_while_the_operator_was_down_is_re
     async with world.run():
         await pool_with_iso(world)
         await world.create_vsphere_agent("va1")
-        await world.wait_for(
-            "the operator issuing PowerOnVM_Task", lambda: power_on_issued(vcsim_control)
+        await eventually(
+            lambda: power_on_issued(vcsim_control), what="the operator issuing PowerOnVM_Task"
         )
         await world.crash()
     va = await world.get(VA, "va1")
@@ -118,7 +119,7 @@ async def test_a_power_on_started_and_finished_while_the_operator_was_down_is_re
         vm = await vm_of(world, record["biosUUID"])
         return vm is not None and vm.power_state is vsphere.PowerState.ON
 
-    await world.wait_for("the power-on to end while the operator is down", powered_on)
+    await eventually(powered_on, what="the power-on to end while the operator is down")
     await vcsim_control.reset_counters()
     async with world.run():
         va = await created(world, "va1")
@@ -147,7 +148,7 @@ async def created_while_down(world: World, vcsim_control: VcsimControl) -> dict[
     async def vm_there() -> bool:
         return await vm_of(world, record["biosUUID"]) is not None
 
-    await world.wait_for("the CreateVM_Task to end while the operator is down", vm_there)
+    await eventually(vm_there, what="the CreateVM_Task to end while the operator is down")
     await vcsim_control.clear_delays()
     return record
 
@@ -240,7 +241,7 @@ async def test_a_task_vcenter_forgot_is_not_trusted_the_vm_decides(
             vm = await vm_of(world, record["biosUUID"])
             return vm is not None and vm.power_state is vsphere.PowerState.ON
 
-        await world.wait_for("the previous version's power-on to end", powered_on)
+        await eventually(powered_on, what="the previous version's power-on to end")
     else:
 
         def forget(obj: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +305,7 @@ async def deleting(world: World, vcsim_control: VcsimControl, method: str) -> di
             record = status_of(await world.get(VA, "va1")).get("deletion") or {}
             return record if record.get("phase") == phase and record.get("taskRef") else None
 
-        record: dict[str, Any] = await world.wait_for(f"the deletion in {phase}", started)
+        record: dict[str, Any] = await eventually(started, what=f"the deletion in {phase}")
         await world.crash()
     return record
 
@@ -317,13 +318,13 @@ async def test_a_destroy_that_finished_while_the_operator_was_down_lets_the_agen
     async def destroyed() -> bool:
         return await vm_of(world, record["biosUUID"]) is None
 
-    await world.wait_for("the destroy to end while the operator is down", destroyed)
+    await eventually(destroyed, what="the destroy to end while the operator is down")
     async with world.run():
 
         async def gone() -> bool:
             return await world.get(VA, "va1") is None
 
-        await world.wait_for("the VsphereAgent to go", gone)
+        await eventually(gone, what="the VsphereAgent to go")
     counters = await vcsim_control.counters()
     assert calls(counters, "Destroy_Task") == 1
     deleted = await world.events("VMDeleted")
@@ -341,7 +342,7 @@ async def test_a_power_off_running_at_a_restart_is_waited_for_then_the_vm_destro
         async def gone() -> bool:
             return await world.get(VA, "va1") is None
 
-        await world.wait_for("the VsphereAgent to go", gone)
+        await eventually(gone, what="the VsphereAgent to go")
     assert await world.vms() == []
     counters = await vcsim_control.counters()
     assert calls(counters, "PowerOffVM_Task") == 1  # the recorded one, not a second
@@ -361,7 +362,7 @@ async def test_a_failed_destroy_is_reported_then_started_again(
         async def gone() -> bool:
             return await world.get(VA, "va1") is None
 
-        await world.wait_for("the VsphereAgent to go", gone)
+        await eventually(gone, what="the VsphereAgent to go")
     failed = await world.events("VMDeleteFailed")
     assert len(failed) == 1
     assert "destroying VM" in failed[0]["message"]
@@ -425,7 +426,7 @@ async def test_a_pool_asking_for_one_vm_during_another_pools_burst_is_served_in_
             stored = [await world.get(VA, name) for name in big]
             return sum(1 for va in stored if status_of(va).get("creation"))
 
-        await world.wait_for("the burst's first creates", started)
+        await eventually(started, what="the burst's first creates")
         await world.create_vsphere_agent("one", pool="small")
 
         async def small_started() -> int | None:
@@ -457,8 +458,8 @@ async def test_a_pool_with_nothing_in_flight_starts_before_any_task_of_a_full_ca
         async def burst_at_its_share() -> bool:
             return calls(await vcsim_control.counters(), "CreateVM_Task") >= 15
 
-        await world.wait_for(
-            "the burst's creates to fill the cap but its headroom", burst_at_its_share
+        await eventually(
+            burst_at_its_share, what="the burst's creates to fill the cap but its headroom"
         )
         await world.create_vsphere_agent("one", pool="small")
         await recorded(world, "one", "CreateIssued")  # its create started...
@@ -472,7 +473,7 @@ async def test_a_pool_with_nothing_in_flight_starts_before_any_task_of_a_full_ca
 
 
 async def small_started_within(world: World, check: Any) -> int:
-    return int(await world.wait_for("the small pool's create to begin", check, deadline=60)) - 1
+    return int(await eventually(check, what="the small pool's create to begin", within=60)) - 1
 
 
 # --- adoption's marker stamp ------------------------------------------------------------
@@ -502,7 +503,7 @@ async def test_one_worker_starts_every_adopted_vms_stamp_before_the_first_one_en
         async def both_started() -> bool:
             return len(await vcsim_control.request_log("ReconfigVM_Task")) >= 2
 
-        await world.wait_for("both stamps started", both_started)
+        await eventually(both_started, what="both stamps started")
         for vm in legacy:  # neither stamp has ended: the worker did not wait on one
             found = await vm_of(world, vm.bios_uuid or "")
             assert found is not None

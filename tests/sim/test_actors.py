@@ -85,7 +85,7 @@ async def agent_of(world: World, vm: VmFact) -> dict[str, Any] | None:
 
 
 async def registered_agent(world: World, vm: VmFact) -> dict[str, Any]:
-    found = await eventually(
+    found: dict[str, Any] | None = await eventually(
         lambda: agent_of(world, vm),
         lambda a: a is not None,
         within=WITHIN,

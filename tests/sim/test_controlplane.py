@@ -14,7 +14,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agentforge.api import kinds
 from sim import paths
+from sim.actors.waiting import eventually
 from sim.controlplane import ControlPlane, ProxyControl
 from sim.controlplane.processes import StartupError
 
@@ -73,15 +74,6 @@ async def api_client(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
     )
     async with client.ApiClient(configuration) as api:
         yield api
-
-
-async def until(check: Callable[[], Awaitable[bool]], *, what: str, within: float = 10.0) -> None:
-    """Wait for a named condition with a deadline."""
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def admin_raw(cp: ControlPlane) -> Raw:
@@ -176,7 +168,7 @@ async def test_serviceaccount_without_a_grant_is_forbidden_and_allowed_once_boun
                 return False
             return True
 
-        await until(allowed, what="the RoleBinding to take effect")
+        await eventually(allowed, what="the RoleBinding to take effect", within=10.0)
 
 
 async def test_user_identities_minted_after_start_authenticate_through_the_token_webhook(
@@ -206,7 +198,7 @@ async def test_user_identities_minted_after_start_authenticate_through_the_token
         async def allowed() -> bool:
             return (await alice.json("GET", configmaps))[0] == 200
 
-        await until(allowed, what="the group RoleBinding to take effect")
+        await eventually(allowed, what="the group RoleBinding to take effect", within=10.0)
 
     async with Raw(controlplane.server, ca_file=controlplane.ca_file, token="not-a-token") as bad:
         assert (await bad.json("GET", "/api/v1/namespaces"))[0] == 401
@@ -357,7 +349,7 @@ async def test_a_watch_the_client_closes_stops_counting_as_open(
         async def none_open() -> bool:
             return await proxy.open_watches() == 0
 
-        await until(none_open, what="the proxy to notice the client hung up")
+        await eventually(none_open, what="the proxy to notice the client hung up", within=10.0)
 
 
 async def test_fail_next_answers_n_matching_requests_with_the_status_then_passes(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.actors.waiting import eventually
 from sim.controlplane import pki
 from sim.controlplane.processes import free_ports
 
@@ -173,15 +174,12 @@ def _proxy(certs: pki.Pki, upstream: int, port: int, control: int, log: Path) ->
 
 
 async def _until_listening(port: int) -> None:
-    for _ in range(200):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
+    async def listening() -> bool:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)  # OSError until it listens
         writer.close()
-        return
-    raise AssertionError(f"the proxy never listened on {port}")
+        return True
+
+    await eventually(listening, what=f"the proxy listening on {port}", within=10, interval=0.05)
 
 
 def request(method: str, target: str, headers: Headers, body: bytes = b"") -> bytes:

@@ -8,7 +8,6 @@ task failures, ended sessions, counters, the request log and delays.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import os
 import re
@@ -35,6 +34,8 @@ from cryptography.x509.oid import NameOID
 from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim, vmodl
 
+from sim.actors.waiting import eventually
+from sim.controlplane.processes import wait_for
 from sim.paths import REPO_ROOT, MissingBinaryError
 from sim.vcsim import Vcsim, VcsimControl, VcsimControlError
 
@@ -87,15 +88,15 @@ def task_info(task: vim.Task, *paths: str) -> dict[str, object]:
 
 
 def wait_task(task: vim.Task, timeout: float = DEADLINE_S) -> vim.TaskInfo.State:
-    """Poll the task's state until it ends, failing past the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        state = task_info(task, "info.state")["info.state"]
-        if state in (vim.TaskInfo.State.success, vim.TaskInfo.State.error):
-            return state
-        if time.monotonic() > deadline:
-            raise AssertionError(f"task {task} still {state} after {timeout}s")
-        time.sleep(0.02)
+    """The task's end state, polled until it ends (failing past the deadline)."""
+    seen: list[object] = []
+
+    def ended() -> bool:
+        seen.append(task_info(task, "info.state")["info.state"])
+        return seen[-1] in (vim.TaskInfo.State.success, vim.TaskInfo.State.error)
+
+    wait_for(ended, what=f"task {task} to end", timeout=timeout, interval=0.02)
+    return seen[-1]
 
 
 def read_until(process: subprocess.Popen[bytes], marker: bytes, timeout: float = DEADLINE_S) -> str:
@@ -597,10 +598,9 @@ def test_a_dead_simulator_reports_how_it_ended_and_restarts_with_the_same_invent
     try:
         first = simulator.url
         os.kill(simulator.pid, signal.SIGKILL)
-        deadline = time.monotonic() + DEADLINE_S
-        while simulator.running() and time.monotonic() < deadline:  # reaped by Popen.poll
-            time.sleep(0.05)
-        assert not simulator.running()
+        wait_for(  # reaped by Popen.poll
+            lambda: not simulator.running(), what="the killed simulator to end", timeout=DEADLINE_S
+        )
         report = simulator.exit_report()
         assert f"exit status -{int(signal.SIGKILL)}" in report
         assert "vcsim-af.log" in report
@@ -686,18 +686,6 @@ def test_cli_up_prints_the_endpoint_and_stops_on_sigint() -> None:
 # --- fault injection: helpers ------------------------------------------------------------
 
 
-async def eventually(probe: Callable[[], object], what: str, within: float = DEADLINE_S) -> object:
-    """Poll `probe` until it returns something truthy, failing past the deadline."""
-    deadline = time.monotonic() + within
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within}s")
-        await asyncio.sleep(0.02)
-
-
 def make_vm_with_iso(
     simulator: Vcsim, si: vim.ServiceInstance, *, power_on: bool = True
 ) -> vim.VirtualMachine:
@@ -766,7 +754,9 @@ async def test_a_locked_door_holds_the_eject_until_the_lock_question_is_answered
     assert locked["moref"] == vm._moId
 
     task = eject(vm)
-    question = await eventually(lambda: vm.runtime.question, "the lock question")
+    question = await eventually(
+        lambda: vm.runtime.question, what="the lock question", within=DEADLINE_S
+    )
     assert isinstance(question, vim.vm.QuestionInfo)
     assert question.id.startswith("_vmx")
     assert question.message[0].id == "msg.cdromdisconnect.locked"
@@ -809,7 +799,9 @@ async def test_no_to_the_lock_question_fails_the_eject_and_keeps_the_medium(
     vm = make_vm_with_iso(vcsim, si)
     await vcsim_control.lock_cdrom(vm.config.uuid)  # by BIOS UUID this time
     task = eject(vm)
-    question = await eventually(lambda: vm.runtime.question, "the lock question")
+    question = await eventually(
+        lambda: vm.runtime.question, what="the lock question", within=DEADLINE_S
+    )
     assert isinstance(question, vim.vm.QuestionInfo)
 
     busy = vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(annotation="meanwhile"))
@@ -857,7 +849,7 @@ async def test_destroying_a_vm_fails_the_reconfigure_it_was_holding(
     moref = vm._moId
     await vcsim_control.lock_cdrom(vm.name)
     task = eject(vm)
-    await eventually(lambda: vm.runtime.question, "the lock question")
+    await eventually(lambda: vm.runtime.question, what="the lock question", within=DEADLINE_S)
     assert wait_task(vm.PowerOffVM_Task()) == vim.TaskInfo.State.success
     assert wait_task(vm.Destroy_Task()) == vim.TaskInfo.State.success
     assert wait_task(task) == vim.TaskInfo.State.error

@@ -27,6 +27,7 @@ from agentforge.vsphere import (
     datastore,
 )
 from sim.actors.isoserver import discovery_iso
+from sim.actors.waiting import eventually
 from sim.vcsim import Vcsim, VcsimControl
 
 pytestmark = pytest.mark.vcsim
@@ -263,17 +264,20 @@ PUT_DELAY_MS = 300
 
 async def _puts_finished(control: VcsimControl, *, since: int, prefix: str) -> None:
     """Wait until vcsim has finished every PUT under `prefix` (it logs status 0 until then)."""
-    deadline = time.monotonic() + 30
 
-    def ours(entry: dict[str, Any]) -> bool:
-        return entry["http_method"] == "PUT" and entry["path"].startswith(f"/folder/{prefix}/")
+    async def puts() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in await control.request_log(kind="http", since=since)
+            if e["http_method"] == "PUT" and e["path"].startswith(f"/folder/{prefix}/")
+        ]
 
-    while True:
-        puts = [e for e in await control.request_log(kind="http", since=since) if ours(e)]
-        if puts and all(e["status"] for e in puts):
-            return
-        assert time.monotonic() < deadline, f"vcsim did not finish the PUTs: {puts}"
-        await asyncio.sleep(0.05)
+    await eventually(
+        puts,
+        lambda found: bool(found) and all(e["status"] for e in found),
+        what=f"vcsim to finish the PUTs under {prefix}",
+        interval=0.05,
+    )
 
 
 async def _fails_then_nothing_is_left(

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from agentforge.vsphere import IsoRecord, IsoSource, Location, VsphereService
 from sim.actors.isoserver import IsoServer, discovery_iso
+from sim.actors.waiting import eventually
 from sim.paths import REPO_ROOT
 from sim.vcsim import Vcsim, VcsimControl
 
@@ -253,13 +254,6 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
-async def _until(check: Callable[[], Any], *, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_kill_mid_upload_leaves_no_content_addressed_file(
     service: VsphereService, source: Source, vcsim: Vcsim, request: pytest.FixtureRequest
 ) -> None:
@@ -276,7 +270,7 @@ async def test_a_kill_mid_upload_leaves_no_content_addressed_file(
 
     proc = await _start_child(vcsim, url=source.url, prefix=prefix)
     try:
-        await _until(uploading)
+        await eventually(uploading, what="the upload to start", interval=0.02)
     finally:
         await _kill(proc)
     await asyncio.sleep(0.2)  # let vcsim finish the broken PUT
@@ -304,7 +298,7 @@ async def test_a_kill_mid_move_leaves_only_true_names(
 
     proc = await _start_child(vcsim, url=source.url, prefix=prefix)
     try:
-        await _until(moving)
+        await eventually(moving, what="the move task to start", interval=0.02)
     finally:
         await _kill(proc)
     digest = hashlib.sha256(source.body).hexdigest()
@@ -312,7 +306,8 @@ async def test_a_kill_mid_move_leaves_only_true_names(
     async def moved() -> bool:
         return f"{digest}.iso" in final_files(folder)
 
-    await _until(moved)  # the task ends by itself after the kill, as on vCenter
+    # the task ends by itself after the kill, as on vCenter
+    await eventually(moved, what="the moved ISO", interval=0.02)
     await vcsim_control.set_delay("MoveDatastoreFile_Task", 0, stage="task")
     assert untrue_names(folder) == []
     result = await service.ensure_iso(source=IsoSource(url=source.url), where=ISO_DS, prefix=prefix)

@@ -51,13 +51,6 @@ async def _methods(vcsim: Any, since: int) -> list[str]:
     return [str(e.get("method") or f"{e['http_method']} {e['path']}") for e in entries]
 
 
-async def _until(what: str, check: Callable[[], bool], *, within: float) -> None:
-    async def probe() -> bool:
-        return check()
-
-    await eventually(probe, within=within, what=what, interval=0.05)
-
-
 async def test_a_wrong_password_never_gets_a_session_a_vm_or_an_iso_upload(
     vcsim: Any, credentials: Credentials, placement: Placement, markers: OwnershipMarkers
 ) -> None:
@@ -218,7 +211,12 @@ async def test_a_black_holed_vcenter_costs_its_own_callers_a_bounded_wait_and_no
             with pytest.raises(LoginPending):  # that login still goes on, alone
                 await registry.session(dead)
             assert ended == [(credentials.key, None)]  # the healthy login, reported
-            await _until("the dead vCenter's login to end", lambda: len(ended) == 2, within=30)
+            await eventually(
+                lambda: len(ended) == 2,
+                what="the dead vCenter's login to end",
+                within=30,
+                interval=0.05,
+            )
             key, failure = ended[1]
             assert key == dead.key
             assert isinstance(failure, VcenterUnreachable)
@@ -254,7 +252,12 @@ async def test_a_rotated_credential_gets_its_own_session_and_the_unused_one_is_c
 
         user = asyncio.create_task(keep_using())
         try:
-            await _until("the unused session to be closed", lambda: old.closed, within=20)
+            await eventually(
+                lambda: old.closed,
+                what="the unused session to be closed",
+                within=20,
+                interval=0.05,
+            )
             logouts = await eventually(
                 lambda: _methods(vcsim, mark),
                 lambda methods: "Logout" in methods,

@@ -192,14 +192,7 @@ class Recorder:
         )
 
 
-async def eventually(predicate: Any, *, within: float = 30.0, interval: float = 0.01) -> None:
-    """Wait (on the loop's clock, virtual under looptime) until `predicate()` is true."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - the predicates read plain state, no Event
-            await asyncio.sleep(interval)
-
-
-__all__ = ["FakeApi", "Recorder", "WatchScript", "bookmark", "event", "eventually", "obj"]
+__all__ = ["FakeApi", "Recorder", "WatchScript", "bookmark", "event", "obj"]
 
 
 class ReviewApi:

@@ -12,7 +12,8 @@ from prometheus_client import REGISTRY
 
 from agentforge.kube import controller, informer
 from agentforge.kube.store import ObjectKey
-from tests.unit.kube.fakes import eventually, obj
+from sim.actors.waiting import eventually
+from tests.unit.kube.fakes import obj
 
 pytestmark = pytest.mark.looptime
 
@@ -109,7 +110,7 @@ async def test_events_are_mapped_to_keys_and_each_key_is_reconciled() -> None:
     pools.add(obj("p1", "1"))
     agents.add(obj("agent-x", "1", metadata={"labels": {"pool": "p2"}}))
     agents.add(obj("agent-y", "1"))  # no pool: maps to nothing
-    await eventually(lambda: len(rec.calls) == 2)
+    await eventually(lambda: len(rec.calls) == 2, what="len(rec.calls) == 2")
     await finish(ctrl, task)
     assert sorted(rec.keys()) == ["ns/p1", "ns/p2"]
 
@@ -125,7 +126,7 @@ async def test_an_update_enqueues_the_keys_of_both_old_and_new_objects() -> None
         obj("a", "1", metadata={"labels": {"pool": "old"}}),
         obj("a", "2", metadata={"labels": {"pool": "new"}}),
     )
-    await eventually(lambda: len(rec.calls) == 2)
+    await eventually(lambda: len(rec.calls) == 2, what="len(rec.calls) == 2")
     await finish(ctrl, task)
     assert sorted(rec.keys()) == ["ns/new", "ns/old"]
 
@@ -145,7 +146,7 @@ async def test_a_predicate_filters_updates() -> None:
     task = await run(ctrl)
     src.update(obj("a", "1", metadata={"generation": 1}), obj("a", "2", metadata={"generation": 1}))
     src.update(obj("b", "1", metadata={"generation": 1}), obj("b", "2", metadata={"generation": 2}))
-    await eventually(lambda: len(rec.calls) == 1)
+    await eventually(lambda: len(rec.calls) == 1, what="len(rec.calls) == 1")
     await asyncio.sleep(1)
     await finish(ctrl, task)
     assert rec.keys() == ["ns/b"]
@@ -166,7 +167,7 @@ async def test_workers_start_only_after_every_source_synced_and_early_events_wai
     assert rec.calls == []
     assert not ctrl.started
     second.sync()
-    await eventually(lambda: len(rec.calls) == 1)
+    await eventually(lambda: len(rec.calls) == 1, what="len(rec.calls) == 1")
     assert ctrl.started
     await finish(ctrl, task)
 
@@ -180,11 +181,14 @@ async def test_a_failing_reconcile_is_retried_with_growing_backoff_and_success_f
     )
     task = await run(ctrl)
     src.add(obj("a", "1"))
-    await eventually(lambda: len(rec.calls) == 4)
+    await eventually(lambda: len(rec.calls) == 4, what="len(rec.calls) == 4")
     times = [t for _, t in rec.calls]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps == pytest.approx([0.005, 0.01, 0.02])
-    await eventually(lambda: ctrl.queue.num_requeues(ObjectKey("ns/a")) == 0)
+    await eventually(
+        lambda: ctrl.queue.num_requeues(ObjectKey("ns/a")) == 0,
+        what="ctrl.queue.num_requeues(ObjectKey('ns/a')) == 0",
+    )
     await finish(ctrl, task)
 
 
@@ -197,7 +201,9 @@ async def test_requeue_after_schedules_the_key_again_after_the_delay() -> None:
     )
     task = await run(ctrl)
     src.add(obj("a", "1"))
-    await eventually(lambda: len(rec.calls) == 3, within=120, interval=1.0)
+    await eventually(
+        lambda: len(rec.calls) == 3, what="len(rec.calls) == 3", within=120, interval=1.0
+    )
     times = [t for _, t in rec.calls]
     assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([30.0, 30.0])
     await finish(ctrl, task)
@@ -218,7 +224,7 @@ async def test_no_key_runs_twice_at_once_and_concurrency_is_bounded_by_workers()
     for i in range(10):
         # k0-k2 are processing: reconciled again after; the rest are still queued: deduped
         src.update(obj(f"k{i}", "1"), obj(f"k{i}", "2"))
-    await eventually(lambda: len(rec.calls) == 13, within=60)
+    await eventually(lambda: len(rec.calls) == 13, what="len(rec.calls) == 13", within=60)
     await asyncio.sleep(5)
     await finish(ctrl, task)
     assert rec.max_running == 3
@@ -236,7 +242,8 @@ async def test_stop_drains_reconciles_in_flight_and_drops_queued_keys() -> None:
     )
     task = await run(ctrl)
     src.add(obj("busy", "1"))
-    await eventually(lambda: len(rec.calls) == 1)
+    # polled every 10 ms of virtual time: stop() starts right after the reconcile did
+    await eventually(lambda: len(rec.calls) == 1, what="the busy key's reconcile", interval=0.01)
     src.add(obj("queued", "1"))
     loop = asyncio.get_running_loop()
     before = loop.time()
@@ -272,7 +279,7 @@ async def test_results_and_event_latency_are_exported() -> None:
     task = await run(ctrl)
     src.add(obj("good", "1"))
     src.add(obj("bad", "1"))
-    await eventually(lambda: len(rec.calls) == 3)
+    await eventually(lambda: len(rec.calls) == 3, what="len(rec.calls) == 3")
     await finish(ctrl, task)
     assert sample("agent_forge_reconcile_total", result="success") == 2
     assert sample("agent_forge_reconcile_total", result="error") == 1

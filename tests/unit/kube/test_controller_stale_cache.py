@@ -12,7 +12,8 @@ from prometheus_client import REGISTRY
 
 from agentforge.kube import controller, informer
 from agentforge.kube.store import ObjectKey
-from tests.unit.kube.fakes import eventually, obj
+from sim.actors.waiting import eventually
+from tests.unit.kube.fakes import obj
 
 pytestmark = pytest.mark.looptime
 
@@ -111,26 +112,36 @@ async def finish(ctrl: controller.Controller, task: asyncio.Task[None]) -> None:
 async def test_a_key_is_not_reconciled_from_a_version_its_own_write_superseded() -> None:
     source, writer, ctrl, task = await started()
     source.deliver(obj("a", "10"))
-    await eventually(lambda: writer.seen == ["10"])
+    await eventually(lambda: writer.seen == ["10"], what="writer.seen == ['10']")
     before = looks()
     ctrl.enqueue(KEY)  # woken by something else while the cache still shows 10
-    await eventually(lambda: looks() >= before + 3, within=4 * RECHECK, interval=0.1)
+    await eventually(
+        lambda: looks() >= before + 3,
+        what="looks() >= before + 3",
+        within=4 * RECHECK,
+        interval=0.1,
+    )
     assert writer.seen == ["10"], "reconciled from a version it had written over"
     source.deliver(obj("a", "11"))  # the watch event of the write
-    await eventually(lambda: writer.seen == ["10", "11"])
+    await eventually(lambda: writer.seen == ["10", "11"], what="writer.seen == ['10', '11']")
     await finish(ctrl, task)
 
 
 async def test_intermediate_writes_of_a_pass_are_superseded_too() -> None:
     source, writer, ctrl, task = await started(writes=2)  # writes 11, then 12
     source.deliver(obj("a", "10"))
-    await eventually(lambda: writer.seen == ["10"])
+    await eventually(lambda: writer.seen == ["10"], what="writer.seen == ['10']")
     before = looks()
     source.deliver(obj("a", "11"))  # the first write's event: still behind the second
-    await eventually(lambda: looks() >= before + 2, within=3 * RECHECK, interval=0.1)
+    await eventually(
+        lambda: looks() >= before + 2,
+        what="looks() >= before + 2",
+        within=3 * RECHECK,
+        interval=0.1,
+    )
     assert writer.seen == ["10"]
     source.deliver(obj("a", "12"))
-    await eventually(lambda: writer.seen == ["10", "12"])
+    await eventually(lambda: writer.seen == ["10", "12"], what="writer.seen == ['10', '12']")
     await finish(ctrl, task)
 
 
@@ -139,12 +150,17 @@ async def test_a_lost_watch_event_delays_the_key_only_until_the_timeout(
 ) -> None:
     source, writer, ctrl, task = await started()
     source.deliver(obj("a", "10"))
-    await eventually(lambda: writer.seen == ["10"])
+    await eventually(lambda: writer.seen == ["10"], what="writer.seen == ['10']")
     loop = asyncio.get_running_loop()
     written = loop.time()
     ctrl.enqueue(KEY)  # the event of version 11 never comes
     with caplog.at_level(logging.WARNING, logger="agentforge.kube.controller"):
-        await eventually(lambda: len(writer.seen) == 2, within=TIMEOUT + 3 * RECHECK, interval=0.5)
+        await eventually(
+            lambda: len(writer.seen) == 2,
+            what="len(writer.seen) == 2",
+            within=TIMEOUT + 3 * RECHECK,
+            interval=0.5,
+        )
     assert writer.seen == ["10", "10"]
     assert loop.time() - written >= TIMEOUT
     assert "ns/a" in caplog.text
@@ -155,19 +171,34 @@ async def test_a_lost_watch_event_delays_the_key_only_until_the_timeout(
 async def test_a_key_gone_from_the_cache_is_reconciled_at_once() -> None:
     source, writer, ctrl, task = await started()
     source.deliver(obj("a", "10"))
-    await eventually(lambda: writer.seen == ["10"])
+    await eventually(lambda: writer.seen == ["10"], what="writer.seen == ['10']")
     source.delete(KEY)  # deleted before the write's event: the reconcile cleans up
-    await eventually(lambda: writer.seen == ["10", None], within=RECHECK / 2, interval=0.01)
+    await eventually(
+        lambda: writer.seen == ["10", None],
+        what="writer.seen == ['10', None]",
+        within=RECHECK / 2,
+        interval=0.01,
+    )
     await finish(ctrl, task)
 
 
 async def test_a_pass_that_writes_nothing_leaves_the_next_one_free() -> None:
     source, writer, ctrl, task = await started(writes=0)
     source.deliver(obj("a", "10"))
-    await eventually(lambda: writer.seen == ["10"])
+    await eventually(lambda: writer.seen == ["10"], what="writer.seen == ['10']")
     ctrl.enqueue(KEY)
-    await eventually(lambda: writer.seen == ["10", "10"], within=RECHECK / 2, interval=0.01)
+    await eventually(
+        lambda: writer.seen == ["10", "10"],
+        what="writer.seen == ['10', '10']",
+        within=RECHECK / 2,
+        interval=0.01,
+    )
     ctrl.wrote(KEY, "99")  # outside any reconcile of the key: no effect
     ctrl.enqueue(KEY)
-    await eventually(lambda: len(writer.seen) == 3, within=RECHECK / 2, interval=0.01)
+    await eventually(
+        lambda: len(writer.seen) == 3,
+        what="len(writer.seen) == 3",
+        within=RECHECK / 2,
+        interval=0.01,
+    )
     await finish(ctrl, task)

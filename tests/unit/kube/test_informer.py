@@ -12,13 +12,13 @@ import pytest
 from agentforge.api.kinds import AGENT
 from agentforge.kube import errors, informer
 from agentforge.kube.store import key_for
+from sim.actors.waiting import eventually
 from tests.unit.kube.fakes import (
     FakeApi,
     Recorder,
     WatchScript,
     bookmark,
     event,
-    eventually,
     obj,
 )
 
@@ -38,7 +38,7 @@ async def test_it_lists_then_watches_from_the_list_resource_version() -> None:
     inf.add_handler(rec.handler())
     async with inf:
         await asyncio.wait_for(inf.synced(), 5)
-        await eventually(lambda: len(api.watch_calls) == 1)
+        await eventually(lambda: len(api.watch_calls) == 1, what="len(api.watch_calls) == 1")
     assert sorted(rec.events) == [("add", "ns/a", "3"), ("add", "ns/b", "4")]
     assert api.watch_calls[0].resource_version == "10"
     assert inf.has_synced
@@ -73,7 +73,10 @@ async def test_a_dropped_watch_resumes_from_the_last_seen_resource_version() -> 
     inf = make(api)
     inf.add_handler(rec.handler())
     async with inf:
-        await eventually(lambda: inf.get(namespace="ns", name="b") is not None)
+        await eventually(
+            lambda: inf.get(namespace="ns", name="b") is not None,
+            what="inf.get(namespace='ns', name='b') is not None",
+        )
     assert [c.resource_version for c in api.watch_calls[:2]] == ["5", "15"]
     assert len(api.list_calls) == 1, "a dropped stream must not relist"
     assert rec.events == [("add", "ns/a", "1"), ("update", "ns/a", "11"), ("add", "ns/b", "16")]
@@ -85,7 +88,7 @@ async def test_watches_that_end_at_once_and_empty_are_retried_with_backoff() -> 
     inf = make(api)
     loop = asyncio.get_running_loop()
     async with inf:
-        await eventually(lambda: len(api.watch_calls) == 4)
+        await eventually(lambda: len(api.watch_calls) == 4, what="len(api.watch_calls) == 4")
         elapsed = loop.time()
     assert elapsed >= 0.8 + 1.6 + 3.2, "empty streams must not be reopened in a hot loop"
 
@@ -96,7 +99,7 @@ async def test_a_watch_that_ends_cleanly_is_resumed_without_relisting() -> None:
     api.script(None, WatchScript(steps=[event("ADDED", obj("a", "8"))]))
     inf = make(api)
     async with inf:
-        await eventually(lambda: len(api.watch_calls) >= 2)
+        await eventually(lambda: len(api.watch_calls) >= 2, what="len(api.watch_calls) >= 2")
     assert api.watch_calls[1].resource_version == "8"
     assert len(api.list_calls) == 1
 
@@ -121,7 +124,10 @@ async def test_gone_at_watch_open_relists_and_emits_only_real_changes() -> None:
     inf = make(api)
     inf.add_handler(rec.handler())
     async with inf:
-        await eventually(lambda: len(api.list_calls) == 2 and len(api.watch_calls) == 2)
+        await eventually(
+            lambda: len(api.list_calls) == 2 and len(api.watch_calls) == 2,
+            what="len(api.list_calls) == 2 and len(api.watch_calls) == 2",
+        )
     assert sorted(rec.events[3:]) == [
         ("add", "ns/new", "21"),
         ("delete", "ns/gone", "1"),
@@ -138,7 +144,10 @@ async def test_gone_as_a_watch_error_event_relists() -> None:
     inf = make(api)
     inf.add_handler(rec.handler())
     async with inf:
-        await eventually(lambda: len(api.list_calls) == 2 and len(api.watch_calls) == 2)
+        await eventually(
+            lambda: len(api.list_calls) == 2 and len(api.watch_calls) == 2,
+            what="len(api.list_calls) == 2 and len(api.watch_calls) == 2",
+        )
     assert rec.events == [("add", "ns/a", "1")], "an unchanged object must not be re-announced"
 
 
@@ -148,7 +157,7 @@ async def test_a_410_right_after_every_relist_backs_off_instead_of_looping() -> 
     api.script(None, *(WatchScript(open_error=gone) for _ in range(4)))
     inf = make(api)
     async with inf:
-        await eventually(lambda: len(api.list_calls) == 5)
+        await eventually(lambda: len(api.list_calls) == 5, what="len(api.list_calls) == 5")
     gaps = [b - a for a, b in itertools.pairwise(api.list_times)]
     assert gaps[0] < 0.1, "the first 410 relists at once"
     assert all(gap >= 0.8 for gap in gaps[1:]), f"repeated 410s must back off: {gaps}"
@@ -219,7 +228,7 @@ async def test_a_failing_handler_does_not_stop_the_informer_or_other_handlers() 
     inf.add_handler(informer.EventHandler(on_add=explode))
     inf.add_handler(rec.handler())
     async with inf:
-        await eventually(lambda: len(rec.events) == 1)
+        await eventually(lambda: len(rec.events) == 1, what="len(rec.events) == 1")
     assert rec.events == [("add", "ns/a", "2")]
 
 
@@ -232,8 +241,11 @@ async def test_each_namespace_relists_on_its_own_without_touching_the_others() -
     inf.add_handler(rec.handler())
     async with inf:
         await asyncio.wait_for(inf.synced(), 5)
-        await eventually(lambda: sum(c.namespace == "one" for c in api.list_calls) == 2)
-        await eventually(lambda: len(api.watch_calls) >= 3)
+        await eventually(
+            lambda: sum(c.namespace == "one" for c in api.list_calls) == 2,
+            what="sum((c.namespace == 'one' for c in api.list_calls)) == 2",
+        )
+        await eventually(lambda: len(api.watch_calls) >= 3, what="len(api.watch_calls) >= 3")
     assert sorted(rec.events) == [("add", "one/a", "1"), ("add", "two/b", "1")]
     assert [c.namespace for c in api.list_calls].count("two") == 1
     assert len(inf.list(namespace="two")) == 1
@@ -306,7 +318,10 @@ async def test_a_parse_hook_keeps_one_record_per_cached_object_current() -> None
     )
     async with inf:
         await asyncio.wait_for(inf.synced(), 5)
-        await eventually(lambda: inf.get(namespace="ns", name="gone") is None)
+        await eventually(
+            lambda: inf.get(namespace="ns", name="gone") is None,
+            what="inf.get(namespace='ns', name='gone') is None",
+        )
     assert inf.record(key_a) == ("a", "3")
     assert seen == [("a", "1"), None, ("gone", "2"), ("a", "3")], "handlers see the new record"
     assert inf.record(key_gone) is None
@@ -356,7 +371,10 @@ async def test_a_record_is_parsed_and_a_rejection_logged_once_per_version(
     inf = make(api, parse=parse)
     with caplog.at_level("WARNING", logger=informer.__name__):
         async with inf:
-            await eventually(lambda: len(api.list_calls) == 3 and len(api.watch_calls) == 3)
+            await eventually(
+                lambda: len(api.list_calls) == 3 and len(api.watch_calls) == 3,
+                what="len(api.list_calls) == 3 and len(api.watch_calls) == 3",
+            )
     assert sorted(parsed) == [("a", "1"), ("bad", "1"), ("bad", "20")]
     rejected = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
     assert len(rejected) == 2

@@ -24,6 +24,7 @@ from agentforge.vsphere.model import errors
 from agentforge.vsphere.session import SessionOptions
 from agentforge.vsphere.tasks import TaskWaiter
 from agentforge.vsphere.vmomi import vim, vmodl
+from sim.actors.waiting import eventually
 
 T = TypeVar("T")
 
@@ -243,11 +244,12 @@ def wait(waiter: TaskWaiter, moid: str) -> asyncio.Future[Any]:
 
 
 async def in_view(server: Server, *moids: str) -> None:
-    for _ in range(200):
-        if server.views and set(moids) <= set(server.views[-1].members):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{moids} never joined the view")
+    await eventually(
+        lambda: bool(server.views) and set(moids) <= set(server.views[-1].members),
+        what=f"{moids} in the view",
+        within=2.0,
+        interval=0.01,
+    )
 
 
 @pytest.mark.parametrize("server", [{"refuse_modify": True}], indirect=True)
