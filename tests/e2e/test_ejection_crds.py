@@ -20,7 +20,7 @@ import yaml
 from agentforge.api import crdgen
 from sim import paths
 from sim.controlplane import ControlPlane
-from sim.operator import operator_identity
+from sim.operator import grant_credentials, operator_identity
 from sim.vcsim import Vcsim, VcsimControl
 from sim.world import World
 from tests.e2e import ejection_support as ej
@@ -62,6 +62,7 @@ def old_crd_controlplane(tmp_path: Path) -> Iterator[ControlPlane]:
 @pytest.fixture
 async def old_world(old_crd_controlplane: ControlPlane, vcsim: Vcsim) -> AsyncIterator[World]:
     namespace = old_crd_controlplane.create_namespace(f"t-old-crd-{secrets.token_hex(3)}")
+    grant_credentials(old_crd_controlplane, namespace)  # as the e2e `world` fixture does
     async with World(
         controlplane=old_crd_controlplane,
         vcsim=vcsim,

@@ -21,6 +21,7 @@ import pytest
 from agentforge.api import fields, kinds, names
 from agentforge.kube.controller import Controller
 from sim.actors.iso9660 import build_iso
+from sim.actors.waiting import eventually
 from tests.kube.reconcilers_world import World, discovery_image
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
@@ -116,7 +117,7 @@ async def test_a_refused_image_is_fetched_once_per_try_for_every_pool_of_its_inf
             name="pool",
             patch={"metadata": {"annotations": {names.ANNOTATION_FORCE_ISO_REFRESH: "now"}}},
         )
-        await world.wait_for("the forced try", lambda: _at_least(world, 3))
+        await eventually(lambda: _at_least(world, 3), what="the forced try")
         await world.settled(POOL, "pool", infra)
         await again(world, infra, "pool2", "pool")
         assert world.iso.requests == 3, "a new token tries once, at once; the others wait"
