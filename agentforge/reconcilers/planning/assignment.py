@@ -12,16 +12,19 @@ of the pool that waits for an Agent instead of a new VM (docs/design/0002,
   hand-over's target while one runs, else its `agent-machine` label) while that
   AgentMachine is there, not being deleted, its Machine not being deleted, not served
   by another VM, and has no Agent or has this VM's. An Orphaned VM keeps its
-  AgentMachine until clean-up (as before); one whose Agent is bound elsewhere (another
-  cluster, another pool's claim) serves nothing (`taken`).
+  AgentMachine until clean-up (as before), and serves nothing from the plan that
+  deletes it (`World.going`); one whose Agent is bound elsewhere (another cluster,
+  another pool's claim) serves nothing (`taken`).
 * **Free** are the others that never had a bound Agent: Provisioning or Available.
   A VM whose Agent is or was bound (Bound, Released after binding) is never free:
   CAPI and clean-up own it.
 * **Needy** are the AgentMachines that wait (Ready=False/NoSuitableAgents), have no
-  Agent, are served by nothing and have no VsphereAgent being deleted for them.
+  Agent and are served by nothing.
 * Needy AgentMachines, oldest first, get free VMs, furthest along first (an Agent
   registered, then a VM that exists, then the rest): a `Handover`. The rest of the
-  needy get a new VsphereAgent (`Creation`), unless pools compete for them.
+  needy get a new VsphereAgent (`Creation`), unless pools compete for them or a
+  VsphereAgent made for them is being deleted (by this plan or before): that one is
+  waited for, never duplicated.
 * The free VMs left are **spare**: phase Released (`MachineDeleting` while their
   AgentMachine or its Machine is being deleted, `MachineDeleted` once it is gone,
   `AgentMachineServed` when it got another VM's Agent), marked by `status.handover`
@@ -153,6 +156,9 @@ class World:
     spares: int = 0
     """`spec.spares`: the warm spares to keep."""
     pool_name: str = ""
+    going: frozenset[str] = frozenset()
+    """Live VsphereAgents this plan deletes (Orphaned past their grace,
+    `cleanup.orphan_goes`): they serve nothing, like the `retiring` ones."""
 
 
 def _accepts(am: AgentMachineFacts, agent: AgentFacts | None, namespace: str) -> bool:
@@ -256,6 +262,8 @@ def _place(
         return
     if record.phase not in _FREE_PHASES and record.phase is not VMPhase.ORPHANED:
         return  # bound or released after binding: CAPI and clean-up own it
+    if va.name in world.going:
+        return  # an orphan deleted by this plan: its AgentMachine may get a free VM
     am = by_selection.get(va.target or "")
     handover = va.handover
     if (
@@ -283,11 +291,7 @@ def _pair(
     state: _State,
     live: Mapping[str, AgentMachineFacts],
 ) -> Outcome:
-    waited_for = {va.target for va in world.retiring}
-    needy = sorted(
-        (am for am in waiting if am.selection not in waited_for),
-        key=lambda am: (am.created, am.name),
-    )
+    needy = sorted(waiting, key=lambda am: (am.created, am.name))
     free = sorted(state.free, key=lambda va: _progress(va, world.matches))
     handovers: list[Handover] = []
     records: dict[str, HandoverFacts | None] = {}
@@ -312,11 +316,15 @@ def _pair(
                 records=records,
                 handovers=handovers,
             )
-    creations = (
-        tuple(Creation(am.name, am.uid, am.selection) for am in needy[len(free) :])
-        if world.create
-        else ()
-    )
+    creations: tuple[Creation, ...] = ()
+    if world.create and len(needy) > len(free):
+        going = [va for va in world.vsphere_agents if va.name in world.going]
+        waited_for = {va.target for va in (*world.retiring, *going)}
+        creations = tuple(
+            Creation(am.name, am.uid, am.selection)
+            for am in needy[len(free) :]
+            if am.selection not in waited_for
+        )
     spares: dict[str, VMReason] = {}
     warm: list[VsphereAgentFacts] = []
     for va in free[len(needy) :]:

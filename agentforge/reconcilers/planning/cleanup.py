@@ -34,7 +34,7 @@ from agentforge.reconcilers.planning.phases import VMRecord
 from agentforge.reconcilers.planning.planner_actions import Deferral, Deletion, Unlabel
 from agentforge.reconcilers.planning.snapshot import AgentFacts, VsphereAgentFacts
 
-__all__ = ["decide", "reason"]
+__all__ = ["decide", "orphan_goes", "reason"]
 
 
 def reason(record: VMRecord, ctx: phases.PhaseContext) -> str | None:
@@ -63,6 +63,27 @@ def reason(record: VMRecord, ctx: phases.PhaseContext) -> str | None:
             return "its Agent is bound to another cluster or pool"
         return "its Agent vanished and did not come back"
     return None
+
+
+def orphan_goes(
+    va: VsphereAgentFacts,
+    record: VMRecord,
+    ctx: phases.PhaseContext,
+    *,
+    competing: bool,
+    bound_agents: BoundAgents,
+) -> bool:
+    """This Orphaned VM is deleted by this plan (what `reason` and `decide` will say of
+    it: its grace is over, clean-up is not paused and no bound Agent reports its
+    identity; an orphan has no matched Agent, so there is nothing to unlabel). The
+    assignment asks first: such a VM serves its AgentMachine no more, so a free VM can
+    be handed to that one in the same plan. Under `cleanupPolicy: Delete` only."""
+    return (
+        record.phase is VMPhase.ORPHANED
+        and not competing
+        and ctx.now_exact >= record.last_transition + phases.ORPHAN_GRACE
+        and bound_agents.identifying(va) is None
+    )
 
 
 def decide(

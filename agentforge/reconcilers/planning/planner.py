@@ -17,14 +17,16 @@ made precise in docs/design/0002):
   that differ;
 * clean-up (`cleanup`) under `cleanupPolicy: Delete` only, never of a VM whose Agent is bound:
   Released VMs whose Machine is gone, spare VMs `HANDOVER_GRACE` after they became
-  spare, Orphaned VMs 30 minutes after they became orphans. Nothing is cleaned up or
-  created while AgentMachines match two pools. "Whose Agent is bound" does not trust
-  the bookkeeping: besides the matched Agent, any bound Agent of the snapshot that
-  identifies the VM (its BIOS UUID, or its MAC with no BIOS UUID saying otherwise;
-  claimed or excluded ones included) defers it. A VM whose unbound Agent still
-  carries the pool's selector labels is not deleted yet: the plan removes them
-  (`Unlabel`, conditional on the Agent's version) and a later plan, seeing them gone,
-  deletes (`cleanup`), so CAPI cannot bind the Agent of a VM on its way out;
+  spare, Orphaned VMs 30 minutes after they became orphans (such an orphan serves its
+  AgentMachine no more in the plan that deletes it: a free VM is handed to it at
+  once). Nothing is cleaned up or created while AgentMachines match two pools.
+  "Whose Agent is bound" does not trust the bookkeeping: besides the matched Agent,
+  any bound Agent of the snapshot that identifies the VM (its BIOS UUID, or its MAC
+  with no BIOS UUID saying otherwise; claimed or excluded ones included) defers it. A
+  VM whose unbound Agent still carries the pool's selector labels is not deleted yet:
+  the plan removes them (`Unlabel`, conditional on the Agent's version) and a later
+  plan, seeing them gone, deletes (`cleanup`), so CAPI cannot bind the Agent of a VM
+  on its way out;
 * warm spares (`spec.spares`, see `assignment`): the spares to create, the surplus
   ones to clean up (under `cleanupPolicy: Delete`, least advanced first), their
   Agents prepared with the spare selection label only (no pool label: no
@@ -112,6 +114,8 @@ _PENDING: Final = frozenset({VMPhase.PROVISIONING, VMPhase.AVAILABLE})
 _CLEANUP_CANDIDATES: Final = frozenset({VMPhase.RELEASED, VMPhase.ORPHANED})
 _AVAILABLE: Final = VMPhase.AVAILABLE
 """Bound once: an Enum member lookup is slow on Python 3.11, and this one runs per VM."""
+_ORPHANED: Final = VMPhase.ORPHANED
+"""... and this one too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +238,23 @@ def plan(snapshot: Snapshot) -> Plan:
             live.append(va)
             bases.append(record_of(va, matches.get(va.name), ctx))
     bound_agents = BoundAgents(snapshot.agents)
+    cleanup = pool.cleanup_enabled
+    going = (
+        frozenset(
+            va.name
+            for va, base in zip(live, bases, strict=True)
+            if base.phase is _ORPHANED
+            and cleanup_.orphan_goes(
+                va,
+                base,
+                ctx,
+                competing=bool(snapshot.competing_pools),
+                bound_agents=bound_agents,
+            )
+        )
+        if cleanup
+        else frozenset()
+    )
     outcome = assignment.assign(
         assignment.World(
             vsphere_agents=live,
@@ -249,6 +270,7 @@ def plan(snapshot: Snapshot) -> Plan:
             create=not snapshot.competing_pools,
             spares=pool.spec.spares,
             pool_name=pool.metadata.name,
+            going=going,
         )
     )
     warm = {va.name for va in outcome.warm}
@@ -261,7 +283,6 @@ def plan(snapshot: Snapshot) -> Plan:
     unlabels: list[Unlabel] = []
     ejections: dict[ISOEjectedReason, int] = {}
     pending = 0
-    cleanup = pool.cleanup_enabled
     preparation = Preparation.of(pool)
     adjusted = bool(outcome.records or outcome.spares or outcome.taken)  # else as `phases` said
     for va, phased in zip(live, bases, strict=True):

@@ -240,12 +240,65 @@ def test_an_orphaned_vm_keeps_its_agent_machine_until_it_is_cleaned_up() -> None
     assert (plan.creations, plan.handovers, plan.deletions) == ((), (), ())
 
 
-def test_a_vsphere_agent_being_deleted_holds_its_agent_machine() -> None:
+def test_an_agent_machine_whose_vsphere_agent_is_being_deleted_gets_no_new_one() -> None:
+    world = World().add(agent_machine_obj("am-1"), vsphere_agent_obj("am-1", deleting=True))
+    plan = world.plan()
+    assert (plan.creations, plan.handovers) == ((), ())  # waited for, never duplicated
+
+
+def test_an_agent_machine_whose_vsphere_agent_is_being_deleted_takes_a_free_vm() -> None:
+    """The deleted one serves it no more: a spare waiting for its finalizer while the
+    AgentMachine waits too is a VM too many (and deleted `HANDOVER_GRACE` later)."""
     world = World().add(
         agent_machine_obj("am-1"), vsphere_agent_obj("am-1", deleting=True), booting("spare", 2)
     )
     plan = world.plan()
-    assert (plan.creations, plan.handovers) == ((), ())
+    assert handed(plan) == {"spare": "am-1"}
+    assert plan.creations == ()
+
+
+def orphan_of_am_1(minutes: float) -> dict[str, object]:
+    return vsphere_agent_obj(
+        "am-1", bios_uuid=uuid(1), phase="Orphaned", reason="DiscoveryTimeout",
+        transition=ago(minutes=minutes), created=ago(minutes=minutes + 30),
+    )  # fmt: skip
+
+
+def test_the_plan_that_deletes_an_orphan_hands_a_free_vm_to_its_agent_machine() -> None:
+    """Regression (the churn property, `start(n=2)`, `plan`, `progress(0)`, `tick(40)`,
+    `plan`, `tick(40)`, `delete(1, via_machine=False)`, `plan`): am-1's VM was Orphaned
+    40 minutes ago and am-2 went away while its VM was still being made. The plan
+    deleted the orphan but counted it as serving am-1, so am-2's VM became spare while
+    am-1 waited; the next plans saw am-1's VsphereAgent being deleted and handed it
+    nothing either, so the spare waited for the finalizer (or its grace)."""
+    world = World().add(
+        agent_machine_obj("am-1"),
+        orphan_of_am_1(40),
+        vsphere_agent_obj("am-2", created=ago(minutes=80)),  # no VM yet, am-2 gone
+    )
+    plan = world.plan()
+    assert [d.vsphere_agent for d in plan.deletions] == ["am-1"]
+    assert handed(plan) == {"am-2": "am-1"}
+    assert plan.creations == ()
+    assert by_vm(plan)["am-2"].phase is VMPhase.PROVISIONING
+
+
+def test_the_plan_that_deletes_an_orphan_makes_no_new_vm_for_its_agent_machine() -> None:
+    world = World().add(agent_machine_obj("am-1"), orphan_of_am_1(40))
+    plan = world.plan()
+    assert [d.vsphere_agent for d in plan.deletions] == ["am-1"]
+    assert (plan.creations, plan.handovers) == ((), ())  # the next plans wait for it
+
+
+def test_an_orphan_kept_by_retain_or_its_grace_keeps_its_agent_machine() -> None:
+    for world in (
+        World(cleanupPolicy="Retain").add(agent_machine_obj("am-1"), orphan_of_am_1(40)),
+        World().add(agent_machine_obj("am-1"), orphan_of_am_1(29)),
+    ):
+        world.add(vsphere_agent_obj("am-2", created=ago(minutes=80)))
+        plan = world.plan()
+        assert (plan.deletions, plan.handovers, plan.creations) == ((), (), ())
+        assert by_vm(plan)["am-2"].phase is VMPhase.RELEASED
 
 
 def test_adopted_vms_serve_no_agent_machine() -> None:

@@ -294,3 +294,21 @@ def test_a_bound_agent_machine_recreated_under_its_name_leaves_no_vm_behind() ->
     state.plan()
     state.teardown()
     assert state.checked == 4
+
+
+def test_the_plan_that_deletes_an_orphan_leaves_no_spare_while_its_agent_machine_waits() -> None:
+    """Regression, a saved hypothesis example of the property above: am-1's VM is
+    Orphaned (no discovery), am-2 goes while its VM is not made yet, and the plan that
+    deletes the orphan (its grace over) counted it as still serving am-1: am-2's VM
+    was left spare while am-1 waited. That plan hands it to am-1 now."""
+    state = AgentMachineChurn()
+    state.start(n=2, pinned=False)
+    state.plan()
+    state.progress(index=0)
+    state.tick(minutes=40)
+    state.plan()
+    state.tick(minutes=40)
+    state.delete(index=1, via_machine=False)
+    state.plan()
+    state.teardown()
+    assert state.checked == 3
