@@ -9,7 +9,7 @@ What one operator process promises:
   object trimmed by `agentforge.api.trim` before it is cached, so a standby is warm
   and takes over without a cold LIST. `/readyz` turns 200 when all have synced
   ("caches synced" is logged once).
-* Controllers (`agentforge.reconcilers.registry.controllers`, from the one `Deps`
+* Controllers (`agentforge.reconcilers.controllers.controllers`, from the one `Deps`
   this module assembles) are built and run only while this process leads. Building
   them after the Lease is won replays every cached object to them, so each is
   reconciled once by the new leader. With `--leader-elect=false` they run at once.
@@ -41,16 +41,16 @@ from prometheus_client import Info
 
 from agentforge import __version__, observability, secure_metrics, shutdown, vsphere, wiring
 from agentforge.api import kinds
+from agentforge.credentials.secret_source import SecretCredentials
 from agentforge.kube import condition_log, leader
 from agentforge.kube import config as kube_config
 from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import registry
+from agentforge.reconcilers import controllers as registry
 from agentforge.reconcilers.common import event_groups
 from agentforge.reconcilers.common.deps import Deps
-from agentforge.reconcilers.infra.secret_source import SecretCredentials
 from agentforge.settings import Settings
 from agentforge.wiring import (
     CACHED_KINDS,
@@ -84,7 +84,7 @@ BUILD_INFO = Info("agent_forge_build", "Version of the running operator.")
 
 BuildControllers = Callable[[Deps], Sequence[Controller]]
 """What a leader runs, in start order, built from the app's one `Deps` (by default every
-reconciler: `agentforge.reconcilers.registry.controllers`); the process also runs
+reconciler: `agentforge.reconcilers.controllers.controllers`); the process also runs
 (caches, probes, leader election) with none."""
 
 

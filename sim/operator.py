@@ -512,7 +512,7 @@ def _probe_main(argv: Sequence[str]) -> int:
     import argparse  # noqa: PLC0415
 
     from agentforge import app, settings  # noqa: PLC0415
-    from agentforge.reconcilers import registry  # noqa: PLC0415
+    from agentforge.reconcilers import controllers as registry  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m sim.operator")
     settings.add_run_arguments(parser)

@@ -26,7 +26,7 @@ from agentforge.kube.client import JsonObj, KubeClient
 from agentforge.reconcilers.common import domains as infra_domains
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.redaction import redact, redact_url
-from agentforge.vsphere import iso_http
+from agentforge.vsphere.iso import image_http as iso_http
 
 __all__ = [
     "ISO_LIMITS",

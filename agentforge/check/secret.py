@@ -21,10 +21,10 @@ from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check.probes import unreadable
 from agentforge.check.render import Item, Status
+from agentforge.credentials import secret_rules as rules
+from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors
 from agentforge.kube.client import KubeClient
-from agentforge.reconcilers.common.deps import CredentialsError
-from agentforge.reconcilers.infra import credentials as rules
 
 __all__ = ["secret"]
 

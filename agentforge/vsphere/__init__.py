@@ -6,14 +6,16 @@ against lockouts and black holes, owned by the app),
 they exchange. Everything raises `errors.VsphereError` subclasses.
 """
 
-from agentforge.vsphere.cdrom import EjectOutcome, EjectState
-from agentforge.vsphere.credentials import AccountKey, Credentials, SessionKey
-from agentforge.vsphere.datastore import DatastoreFile, Location
-from agentforge.vsphere.facts import Cdrom, Choice, MediumKind, PowerState, Question, VmFacts
-from agentforge.vsphere.hosts import HostState
-from agentforge.vsphere.iso import IsoAccess, IsoLimits, IsoRecord, IsoResult, IsoSource, Validators
-from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
-from agentforge.vsphere.logins import LoginPolicy
+from agentforge.vsphere.iso.datastore_files import DatastoreFile, Location
+from agentforge.vsphere.iso.image_http import CaBundle, CaBundleFile, Proxies
+from agentforge.vsphere.iso.pipeline import (
+    IsoAccess,
+    IsoLimits,
+    IsoRecord,
+    IsoResult,
+    IsoSource,
+    Validators,
+)
 from agentforge.vsphere.model.errors import (
     UNTRUSTED_CERTIFICATE_FAULT,
     AlreadyExists,
@@ -45,15 +47,27 @@ from agentforge.vsphere.model.errors import (
     VsphereError,
 )
 from agentforge.vsphere.model.markers import OwnershipMarkers, Verdict
-from agentforge.vsphere.placement import Placement, PlacementInvalid, Problem
-from agentforge.vsphere.provision import Started, VmRequest
-from agentforge.vsphere.registry import WAIT_FOR_LOGIN, SessionRegistry, TaskNews
 from agentforge.vsphere.service import VsphereService
-from agentforge.vsphere.session import Session, SessionOptions
-from agentforge.vsphere.specs import Firmware, Hardware, NicType, ScsiType
-from agentforge.vsphere.task_facts import TaskFacts, TaskState
-from agentforge.vsphere.task_slots import Slot, TaskSlots
-from agentforge.vsphere.vms import DeleteStep
+from agentforge.vsphere.session.credentials import AccountKey, Credentials, SessionKey
+from agentforge.vsphere.session.logins import LoginPolicy
+from agentforge.vsphere.session.registry import WAIT_FOR_LOGIN, SessionRegistry, TaskNews
+from agentforge.vsphere.session.vcenter_session import Session, SessionOptions
+from agentforge.vsphere.tasks.slots import Slot, TaskSlots
+from agentforge.vsphere.vm.build_specs import Firmware, Hardware, NicType, ScsiType
+from agentforge.vsphere.vm.cdrom import EjectOutcome, EjectState
+from agentforge.vsphere.vm.cluster_hosts import HostState
+from agentforge.vsphere.vm.owned import DeleteStep
+from agentforge.vsphere.vm.provision import Started, VmRequest
+from agentforge.vsphere.vm.read_facts import (
+    Cdrom,
+    Choice,
+    MediumKind,
+    PowerState,
+    Question,
+    VmFacts,
+)
+from agentforge.vsphere.vm.resolve_placement import Placement, PlacementInvalid, Problem
+from agentforge.vsphere.vm.task_facts import TaskFacts, TaskState
 
 __all__ = [
     "UNTRUSTED_CERTIFICATE_FAULT",

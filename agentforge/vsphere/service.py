@@ -12,26 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentforge.vsphere import (
-    cdrom,
-    datastore,
-    drs_rules,
-    facts,
-    hosts,
-    iso,
-    provision,
-    task_facts,
-    task_follow,
-    vms,
-)
-from agentforge.vsphere import placement as placements
-from agentforge.vsphere.credentials import Credentials
+from agentforge.vsphere.iso import datastore_files as datastore
+from agentforge.vsphere.iso import pipeline as iso
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.model.markers import OwnershipMarkers
-from agentforge.vsphere.placement import Placement, Problem
-from agentforge.vsphere.registry import SessionRegistry
-from agentforge.vsphere.session import Session
-from agentforge.vsphere.task_slots import Slot
+from agentforge.vsphere.session import task_follow
+from agentforge.vsphere.session.credentials import Credentials
+from agentforge.vsphere.session.registry import SessionRegistry
+from agentforge.vsphere.session.vcenter_session import Session
+from agentforge.vsphere.tasks.slots import Slot
+from agentforge.vsphere.vm import (
+    cdrom,
+    drs_rules,
+    provision,
+    task_facts,
+)
+from agentforge.vsphere.vm import cluster_hosts as hosts
+from agentforge.vsphere.vm import owned as vms
+from agentforge.vsphere.vm import read_facts as facts
+from agentforge.vsphere.vm import resolve_placement as placements
+from agentforge.vsphere.vm.resolve_placement import Placement, Problem
 
 
 class VsphereService:

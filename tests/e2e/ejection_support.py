@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.reconcilers.ejection import ejection_crashpoints
+from agentforge.reconcilers.ejection import crashpoints as ejection_crashpoints
 from agentforge.vsphere.model import markers
 from sim.actors.vcenter import VmFact
 from sim.operator import MetricsReader, OperatorProcess

@@ -25,18 +25,20 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api import kinds, names
 from agentforge.app import cache_transform
+from agentforge.credentials.secret_rules import CredentialsError
+from agentforge.credentials.secret_source import SecretCredentials
 from agentforge.kube import client as kube_client
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers.common import records
-from agentforge.reconcilers.common.deps import CredentialsError, CredentialsSource, Deps
-from agentforge.reconcilers.ejection import ejection
-from agentforge.reconcilers.infra import infra
-from agentforge.reconcilers.infra.secret_source import SecretCredentials
-from agentforge.reconcilers.pool import pool
-from agentforge.reconcilers.scaleup import scaleup
-from agentforge.reconcilers.vm import spread_rules, vm
+from agentforge.reconcilers.common.deps import CredentialsSource, Deps
+from agentforge.reconcilers.ejection import eject as ejection
+from agentforge.reconcilers.infra import reconcile as infra
+from agentforge.reconcilers.pool import reconcile as pool
+from agentforge.reconcilers.scaleup import reconcile as scaleup
+from agentforge.reconcilers.spread import reconcile as spread_rules
+from agentforge.reconcilers.vm import reconcile as vm
 from agentforge.wiring import CACHED_KINDS
 from sim.actors.waiting import eventually
 from sim.cluster_config import cluster_config

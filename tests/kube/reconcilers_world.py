@@ -31,6 +31,7 @@ from prometheus_client import REGISTRY
 from agentforge import vsphere
 from agentforge.api import crdgen, kinds, names
 from agentforge.app import cache_transform
+from agentforge.credentials.secret_source import SecretCredentials
 from agentforge.kube import client
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller
@@ -38,11 +39,11 @@ from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers.common import records
 from agentforge.reconcilers.common.deps import Deps
-from agentforge.reconcilers.ejection import ejection as eject
-from agentforge.reconcilers.infra import infra
-from agentforge.reconcilers.infra.secret_source import SecretCredentials
+from agentforge.reconcilers.ejection import eject
+from agentforge.reconcilers.infra import reconcile as infra
 from agentforge.reconcilers.planning import naming
-from agentforge.reconcilers.vm import spread_rules, vm
+from agentforge.reconcilers.spread import reconcile as spread_rules
+from agentforge.reconcilers.vm import reconcile as vm
 from sim.actors.isoserver import discovery_iso
 from sim.actors.waiting import eventually
 from sim.vcsim.launcher import Vcsim

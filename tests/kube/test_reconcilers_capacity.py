@@ -19,7 +19,7 @@ import pytest
 from agentforge.api import kinds, names
 from agentforge.kube import client as kube_client
 from agentforge.reconcilers.pool import status_pacing
-from agentforge.reconcilers.vm import vm_create
+from agentforge.reconcilers.vm import create as vm_create
 from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from sim.controlplane.controlplane import ControlPlane

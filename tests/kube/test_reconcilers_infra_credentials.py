@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.kube import client, config
-from agentforge.reconcilers.common.deps import CredentialsError
-from agentforge.reconcilers.infra.credentials import (
+from agentforge.credentials.secret_rules import (
+    CredentialsError,
     CredentialsNotShared,
     SecretUnreadable,
     not_shared,
 )
-from agentforge.reconcilers.infra.secret_source import SecretCredentials
+from agentforge.credentials.secret_source import SecretCredentials
+from agentforge.kube import client, config
 from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.vsphere import datastore
+from agentforge.vsphere.iso import datastore_files as datastore
 from sim.actors.iso9660 import build_iso
 from sim.actors.waiting import eventually
 from sim.vcsim.control import VcsimControl

@@ -14,9 +14,9 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
-from agentforge.reconcilers.vm import vm
-from agentforge.reconcilers.vm.vm_context import identity_edit
-from agentforge.vsphere import vms
+from agentforge.reconcilers.vm import reconcile as vm
+from agentforge.reconcilers.vm.context import identity_edit
+from agentforge.vsphere.vm import owned as vms
 from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 from sim.vcsim.control import VcsimControl

@@ -76,7 +76,7 @@ def task_info(task: vim.Task, *paths: str) -> dict[str, object]:
     Reading the whole `task.info` makes pyVmomi type-check `info.entity`, and vcsim names
     a datastore-search task's entity with a DatastoreBrowser, which is no ManagedEntity:
     that check failed now and then. The operator reads only these paths too
-    (agentforge/vsphere/tasks.py).
+    (agentforge/vsphere/tasks/waiter.py).
     """
     content = vim.ServiceInstance("ServiceInstance", task._stub).RetrieveContent()
     spec = vmodl.query.PropertyCollector.FilterSpec(

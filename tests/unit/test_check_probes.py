@@ -16,10 +16,9 @@ from agentforge.check import probes as check_probes
 from agentforge.check import rbac as check_rbac
 from agentforge.check import secret as check_secret
 from agentforge.check.render import Status
+from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
 from agentforge.kube import errors as kube_errors
 from agentforge.kube.client import ListResult
-from agentforge.reconcilers.common.deps import CredentialsError
-from agentforge.reconcilers.infra.credentials import parse_credentials
 
 
 def pool(**vsphere: Any) -> VsphereAgentPool:

@@ -24,10 +24,10 @@ from agentforge.api.conditions import (
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.common.event_reasons import InfraEvent, RuleEvent, VmEvent
-from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
-from agentforge.reconcilers.pool.metrics import CapacityState
-from agentforge.reconcilers.pool.pool import PoolEvent
-from agentforge.reconcilers.scaleup.scaleup import ScaleUpEvent
+from agentforge.reconcilers.ejection.status import EjectionEvent
+from agentforge.reconcilers.pool.capacity_metrics import CapacityState
+from agentforge.reconcilers.pool.reconcile import PoolEvent
+from agentforge.reconcilers.scaleup.reconcile import ScaleUpEvent
 from scripts import settings_reference, validate_manifests
 from sim.world import DEFAULT_INFRAENV, DEFAULT_SECRET, samples
 

@@ -19,7 +19,7 @@ import yaml
 
 from agentforge import settings
 from agentforge.api import names
-from agentforge.reconcilers.infra import credentials
+from agentforge.credentials import secret_rules as credentials
 from scripts import validate_manifests
 
 REPO = Path(__file__).resolve().parents[2]

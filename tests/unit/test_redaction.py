@@ -27,9 +27,8 @@ from yarl import URL
 
 from agentforge import observability, redaction
 from agentforge.api import conditions
+from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
 from agentforge.kube import events
-from agentforge.reconcilers.common.deps import CredentialsError
-from agentforge.reconcilers.infra.credentials import parse_credentials
 from agentforge.reconcilers.infra.iso_cache import CheckReason
 from agentforge.redaction import REDACTED, redact, redact_url
 from agentforge.settings import LogFormat, LogLevel
@@ -197,11 +196,11 @@ def _ordinary_messages() -> list[str]:
         "Secret demo/vsphere-credentials: key 'password' missing",
         "token bucket",
         "credentials Secret demo/x",
-        # ratelimit.py, kube/config.py, vsphere/tags.py
+        # ratelimit.py, kube/config.py, vsphere/vm/tags.py
         "a token bucket needs rate > 0 and burst >= 1",
         "token file /var/run/secrets/kubernetes.io/serviceaccount/token is empty",
         "vAPI session for administrator@vsphere.local@vc.example:443 returned no token",
-        # vsphere/service.py, reconcilers/infra/infra.py, kube/transport.py
+        # vsphere/service.py, reconcilers/infra/reconcile.py, kube/transport.py
         "check username and password in the credentials Secret",
         "add the vCenter CA bundle to the credentials Secret",
         "vCenter vc.example:443 reachable as administrator@vsphere.local; datacenter dc1",

@@ -9,7 +9,7 @@ import pytest
 
 from agentforge import settings
 from agentforge.app import iso_access
-from agentforge.reconcilers.infra import infra_iso
+from agentforge.reconcilers.infra import iso_step as infra_iso
 
 
 def _load(argv: list[str], env: dict[str, str] | None = None) -> settings.Settings:

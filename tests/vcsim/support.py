@@ -13,8 +13,8 @@ from agentforge.vsphere import (
     VmRequest,
     VsphereService,
     props,
-    vms,
 )
+from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vmomi import vim
 
 ISO = "[iso-ds] agent-forge/ns1/pool1/" + "ab" * 32 + ".iso"

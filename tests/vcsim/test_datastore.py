@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from agentforge.vsphere import Location, NotFound, TransientError, VsphereService, datastore
+from agentforge.vsphere import Location, NotFound, TransientError, VsphereService
+from agentforge.vsphere.iso import datastore_files as datastore
 from sim.vcsim import VcsimControl
 
 pytestmark = pytest.mark.vcsim

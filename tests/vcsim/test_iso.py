@@ -24,8 +24,8 @@ from agentforge.vsphere import (
     SizeLimitExceeded,
     Validators,
     VsphereService,
-    datastore,
 )
+from agentforge.vsphere.iso import datastore_files as datastore
 from sim.actors.isoserver import discovery_iso
 from sim.actors.waiting import eventually
 from sim.vcsim import Vcsim, VcsimControl

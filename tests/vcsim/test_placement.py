@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService
-from agentforge.vsphere import placement as placements
+from agentforge.vsphere.vm import resolve_placement as placements
 from tests.vcsim.conftest import FAST
 
 pytestmark = pytest.mark.vcsim

@@ -19,8 +19,8 @@ from agentforge.vsphere import (
     TaskState,
     VmRequest,
     VsphereService,
-    task_facts,
 )
+from agentforge.vsphere.vm import task_facts
 from sim.vsphere_tasks import TaskDriver
 from tests.vcsim import support
 

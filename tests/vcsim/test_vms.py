@@ -23,10 +23,10 @@ from agentforge.vsphere import (
     TaskState,
     VsphereError,
     VsphereService,
-    tags,
-    tasks,
-    vms,
 )
+from agentforge.vsphere.tasks import waiter as tasks
+from agentforge.vsphere.vm import owned as vms
+from agentforge.vsphere.vm import tags
 from agentforge.vsphere.vmomi import vim
 from sim.actors.waiting import eventually
 from sim.vsphere_tasks import TaskDriver

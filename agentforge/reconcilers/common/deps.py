@@ -23,13 +23,6 @@ from agentforge.kube.informer import Informer
 from agentforge.vsphere import IsoAccess
 
 
-class CredentialsError(Exception):
-    """The credentials Secret is missing, unreadable, lacks a key, or is not shared.
-
-    The message names the Secret and the fix; it never carries a secret value.
-    """
-
-
 class CredentialsSource(Protocol):
     """Turns a Secret reference into vSphere credentials (cached; no API call when warm)."""
 

@@ -19,7 +19,7 @@ from agentforge.kube.informer import Informer
 from agentforge.kube.store import IndexFunc, ObjectKey, key_for
 from agentforge.ratelimit import BucketLimiter, ItemExponentialLimiter, MaxOfLimiter
 from agentforge.reconcilers.common import indexes
-from agentforge.vsphere import specs
+from agentforge.vsphere.vm import build_specs as specs
 
 INDEX_POOLS_BY_SECRET: Final = "agentforge.reconcilers/pools-by-credentials-secret"  # noqa: S105
 """Pools by `<secret namespace>/<secret name>` of their credentials."""

@@ -56,14 +56,8 @@ from typing import Final
 
 from agentforge.api.pool import ISOHistoryEntry, ISOSourceValidators, ISOStatus
 from agentforge.redaction import redact_url
-from agentforge.vsphere import (
-    IsoLimits,
-    IsoRecord,
-    IsoResult,
-    IsoSourceError,
-    Validators,
-    iso_upload,
-)
+from agentforge.vsphere import IsoLimits, IsoRecord, IsoResult, IsoSourceError, Validators
+from agentforge.vsphere.iso import upload as iso_upload
 
 __all__ = [
     "CheckReason",

@@ -46,7 +46,7 @@ from datetime import datetime
 from typing import Final
 
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.pool.pool_status import Change
+from agentforge.reconcilers.pool.status import Change
 
 __all__ = [
     "BURST_STATUS_INTERVAL_S",

@@ -29,11 +29,11 @@ from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import ISOEjectionRecord, VsphereAgent
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.ejection import ejection_decide as decide
-from agentforge.reconcilers.ejection.ejection_decide import Device, Observation
-from agentforge.reconcilers.vm.vm_context import StatusWriter, VcenterHandle, VmInputs
+from agentforge.reconcilers.ejection import decide
+from agentforge.reconcilers.ejection.decide import Device, Observation
+from agentforge.reconcilers.vm.context import StatusWriter, VcenterHandle, VmInputs
 from agentforge.reconcilers.waits.task_waits import TaskWaits
-from agentforge.vsphere import facts as vfacts
+from agentforge.vsphere.vm import read_facts as vfacts
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi, Harness, harness
 

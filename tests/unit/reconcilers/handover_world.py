@@ -33,7 +33,8 @@ from agentforge.api.fields import format_time
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.reconcilers.planning import naming, planner
 from agentforge.reconcilers.planning.snapshot import agent_facts
-from agentforge.reconcilers.pool import pool_status, vsphere_agent_create
+from agentforge.reconcilers.pool import status as pool_status
+from agentforge.reconcilers.pool import vsphere_agent_create
 from tests.unit.reconcilers.planner_support import (
     CLUSTER,
     CPNS,

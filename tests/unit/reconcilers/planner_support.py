@@ -27,7 +27,7 @@ from agentforge.reconcilers.planning.snapshot import (
     machine_facts,
     vsphere_agent_facts,
 )
-from agentforge.reconcilers.pool import pool_status
+from agentforge.reconcilers.pool import status as pool_status
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NS = "demo"

@@ -11,8 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agentforge.reconcilers.common.deps import CredentialsError
-from agentforge.reconcilers.infra.credentials import parse_credentials
+from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
 
 PASSWORD = "s3cr3t-Pa55word"
 

@@ -14,10 +14,10 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube.controller import Result
 from agentforge.kube.store import key_for
-from agentforge.reconcilers.ejection import ejection
-from agentforge.reconcilers.ejection.ejection_status import EjectionEvent
-from agentforge.reconcilers.vm import vm
-from agentforge.reconcilers.vm.vm_context import StatusWriter, VmInputs
+from agentforge.reconcilers.ejection import eject as ejection
+from agentforge.reconcilers.ejection.status import EjectionEvent
+from agentforge.reconcilers.vm import reconcile as vm
+from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
 from agentforge.reconcilers.waits.task_waits import TASK_RECHECK_S
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps

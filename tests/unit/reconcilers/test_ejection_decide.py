@@ -8,8 +8,8 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api.vsphereagent import ISOEjectionRecord
-from agentforge.reconcilers.ejection import ejection_decide as decide
-from agentforge.reconcilers.ejection.ejection_decide import Device, Observation, StepKind
+from agentforge.reconcilers.ejection import decide
+from agentforge.reconcilers.ejection.decide import Device, Observation, StepKind
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers.ejection_support import seen, step
 

@@ -10,7 +10,7 @@ import pytest
 from agentforge import vsphere
 from agentforge.api import views
 from agentforge.api.conditions import ISOEjectedReason
-from agentforge.reconcilers.ejection import ejection_gate as gate
+from agentforge.reconcilers.ejection import gate
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 

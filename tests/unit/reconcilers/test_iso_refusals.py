@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentforge.reconcilers.infra import iso_cache
-from agentforge.reconcilers.infra.infra_iso import SourceBackoff
+from agentforge.reconcilers.infra.iso_step import SourceBackoff
 from agentforge.vsphere import IsoInvalid
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

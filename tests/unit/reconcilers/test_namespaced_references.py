@@ -18,7 +18,7 @@ from agentforge.reconcilers.common import indexes
 from agentforge.reconcilers.common.pool_specs import INDEX_POOLS_BY_SECRET, install_indexes
 from agentforge.reconcilers.planning import matching
 from agentforge.reconcilers.planning.snapshot import Claims, agent_facts, vsphere_agent_facts
-from agentforge.reconcilers.pool import pool_snapshot
+from agentforge.reconcilers.pool import observed as pool_snapshot
 from tests.unit.reconcilers.controller_support import harness
 from tests.unit.reconcilers.planner_support import (
     CLUSTER,

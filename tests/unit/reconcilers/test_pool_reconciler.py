@@ -11,7 +11,7 @@ from agentforge.api import kinds, names
 from agentforge.kube import errors
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.planner import ORPHAN_GRACE
-from agentforge.reconcilers.pool import pool
+from agentforge.reconcilers.pool import reconcile as pool
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,

@@ -12,7 +12,7 @@ from agentforge.kube.informer import Informer
 from agentforge.kube.store import key_for
 from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.planning.snapshot import AgentFacts, vsphere_agent_facts
-from agentforge.reconcilers.pool import pool_snapshot
+from agentforge.reconcilers.pool import observed as pool_snapshot
 from tests.unit.reconcilers.controller_support import harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,

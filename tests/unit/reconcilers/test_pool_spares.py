@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning import naming
-from agentforge.reconcilers.pool import pool
+from agentforge.reconcilers.pool import reconcile as pool
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     LABELS,

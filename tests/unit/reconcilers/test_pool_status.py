@@ -9,7 +9,7 @@ from agentforge.api.conditions import ConditionStatus, PoolConditionType
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.planning import pool_conditions
 from agentforge.reconcilers.planning.planner import Ref, VMRecord
-from agentforge.reconcilers.pool import pool_status
+from agentforge.reconcilers.pool import status as pool_status
 from tests.unit.reconcilers.planner_support import NOW, WHERE, World, agent_machine_obj
 
 EARLIER = datetime(2026, 2, 1, tzinfo=UTC)

@@ -15,7 +15,9 @@ from agentforge.kube.events import FLUSH_INTERVAL_S
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.planner_actions import Action
 from agentforge.reconcilers.planning.pool_conditions import ConditionDecision
-from agentforge.reconcilers.pool import plan_reports, pool, pool_status, status_pacing
+from agentforge.reconcilers.pool import plan_reports, status_pacing
+from agentforge.reconcilers.pool import reconcile as pool
+from agentforge.reconcilers.pool import status as pool_status
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NOW,

@@ -6,7 +6,7 @@ import copy
 
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.pool import pool_watches
+from agentforge.reconcilers.pool import watches as pool_watches
 from tests.unit.reconcilers.controller_support import harness
 from tests.unit.reconcilers.planner_support import (
     NS,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning import naming
-from agentforge.reconcilers.scaleup import scaleup
+from agentforge.reconcilers.scaleup import reconcile as scaleup
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     CPNS,
@@ -112,7 +112,7 @@ def test_watches_map_pools_to_their_agent_machines() -> None:
 
 
 def test_the_registry_builds_the_scaleup_and_pool_controllers() -> None:
-    from agentforge.reconcilers import registry  # noqa: PLC0415 - the module under test
+    from agentforge.reconcilers import controllers as registry  # noqa: PLC0415 - under test
 
     h = harness(pool_obj())
     built = {c.name for c in registry.controllers(h.deps)}

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.kube import errors
-from agentforge.reconcilers.common.deps import CredentialsError
-from agentforge.reconcilers.infra.credentials import (
+from agentforge.credentials.secret_rules import (
+    CredentialsError,
     CredentialsNamespaceNotAllowed,
     CredentialsNotShared,
     SecretUnreadable,
@@ -27,7 +26,8 @@ from agentforge.reconcilers.infra.credentials import (
     not_shared,
     shared_with,
 )
-from agentforge.reconcilers.infra.secret_source import SecretCredentials
+from agentforge.credentials.secret_source import SecretCredentials
+from agentforge.kube import errors
 
 ANNOTATION = names.ANNOTATION_ALLOWED_NAMESPACES
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from agentforge import vsphere
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers.vm import spread_rules
-from agentforge.vsphere.task_facts import TaskFacts, TaskState
+from agentforge.reconcilers.spread import reconcile as spread_rules
+from agentforge.vsphere.vm.task_facts import TaskFacts, TaskState
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 
 DOMAINS = [

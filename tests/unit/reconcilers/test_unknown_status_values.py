@@ -27,10 +27,10 @@ from agentforge.api.vsphereagent import (
 )
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.ejection import ejection
-from agentforge.reconcilers.ejection.ejection_decide import Device, StepKind
-from agentforge.reconcilers.pool import pool
-from agentforge.reconcilers.vm import vm_decide
+from agentforge.reconcilers.ejection import eject as ejection
+from agentforge.reconcilers.ejection.decide import Device, StepKind
+from agentforge.reconcilers.pool import reconcile as pool
+from agentforge.reconcilers.vm import decide as vm_decide
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import harness

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from agentforge import vsphere
 from agentforge.api import names, wire
 from agentforge.api.vsphereagent import CreationRecord, Ownership, VsphereAgent
-from agentforge.reconcilers.vm import vm_decide
-from agentforge.reconcilers.vm.vm_decide import AdoptStep, ResumeStep
+from agentforge.reconcilers.vm import decide as vm_decide
+from agentforge.reconcilers.vm.decide import AdoptStep, ResumeStep
 
 UUID = "4211aa00-1111-2222-3333-444455556666"
 OTHER_UUID = "4211aa00-9999-2222-3333-444455556666"

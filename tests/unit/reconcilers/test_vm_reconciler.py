@@ -9,9 +9,10 @@ import pytest
 
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.ejection import ejection
-from agentforge.reconcilers.vm import vm, vm_create
-from agentforge.reconcilers.vm.vm_context import VcenterHandle
+from agentforge.reconcilers.ejection import eject as ejection
+from agentforge.reconcilers.vm import create as vm_create
+from agentforge.reconcilers.vm import reconcile as vm
+from agentforge.reconcilers.vm.context import VcenterHandle
 from tests.unit.reconcilers.controller_support import Harness, harness
 from tests.unit.reconcilers.planner_support import (
     NS,

@@ -15,8 +15,8 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.reconcilers.vm import vm_spread
-from agentforge.vsphere.hosts import HostState
+from agentforge.reconcilers.vm import spread_choice as vm_spread
+from agentforge.vsphere.vm.cluster_hosts import HostState
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 
 DOMAINS = [

@@ -11,7 +11,9 @@ from __future__ import annotations
 from agentforge import vsphere
 from agentforge.api.vsphereagent import CreationRecord, DeletionRecord
 from agentforge.kube.controller import Result
-from agentforge.reconcilers.vm import vm_decide, vm_delete_tasks, vm_lookup
+from agentforge.reconcilers.vm import decide as vm_decide
+from agentforge.reconcilers.vm import delete_tasks as vm_delete_tasks
+from agentforge.reconcilers.vm import lookup as vm_lookup
 from agentforge.reconcilers.waits.task_waits import TASK_RECHECK_S
 from tests.unit.reconcilers import ejection_support as es
 

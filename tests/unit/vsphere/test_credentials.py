@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from agentforge.vsphere.credentials import Credentials
+from agentforge.vsphere.session.credentials import Credentials
 
 
 def test_repr_hides_the_password_and_ca_bundle() -> None:

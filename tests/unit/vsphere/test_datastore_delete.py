@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import datastore, faults, task_view
+from agentforge.vsphere import faults
+from agentforge.vsphere.iso import datastore_files as datastore
 from agentforge.vsphere.model import errors
+from agentforge.vsphere.tasks import view as task_view
 from agentforge.vsphere.vmomi import vim, vmodl
 
 WHERE = datastore.Location(datacenter="dc1", datastore="iso-ds")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentforge.vsphere import facts
+from agentforge.vsphere.vm import read_facts as facts
 from agentforge.vsphere.vmomi import vim
 
 Dev = vim.vm.device

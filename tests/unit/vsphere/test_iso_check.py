@@ -17,8 +17,9 @@ import zipfile
 import pycdlib
 import pytest
 
-from agentforge.vsphere import IsoInvalid, SizeLimitExceeded, iso_check
-from agentforge.vsphere.iso_check import HEAD_BYTES, MIN_ISO_BYTES, IsoCheck, Served
+from agentforge.vsphere import IsoInvalid, SizeLimitExceeded
+from agentforge.vsphere.iso import bootable as iso_check
+from agentforge.vsphere.iso.bootable import HEAD_BYTES, MIN_ISO_BYTES, IsoCheck, Served
 from sim.actors.iso9660 import build_iso
 from sim.actors.isoserver import discovery_iso
 

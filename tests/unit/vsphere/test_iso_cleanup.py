@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import IsoLimits, TransientError, datastore, iso_upload
+from agentforge.vsphere import IsoLimits, TransientError
+from agentforge.vsphere.iso import datastore_files as datastore
+from agentforge.vsphere.iso import upload as iso_upload
 
 pytestmark = pytest.mark.looptime
 

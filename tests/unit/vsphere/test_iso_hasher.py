@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from agentforge.vsphere import TransientError
-from agentforge.vsphere.iso_upload import ChunkHasher
+from agentforge.vsphere.iso.upload import ChunkHasher
 
 CHUNKS = [bytes([n]) * (64 * 1024 + n) for n in range(4)]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentforge.vsphere import iso_http
-from agentforge.vsphere.iso import IsoLimits, IsoSource
-from agentforge.vsphere.iso_http import CaBundle, CaBundleFile, Proxies
+from agentforge.vsphere.iso import image_http as iso_http
+from agentforge.vsphere.iso.image_http import CaBundle, CaBundleFile, Proxies
+from agentforge.vsphere.iso.pipeline import IsoLimits, IsoSource
 from agentforge.vsphere.model import errors
 from sim.actors.isoserver import IsoServer
 from sim.controlplane import pki

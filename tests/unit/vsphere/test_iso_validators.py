@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentforge.vsphere.iso import Validators, final_path
+from agentforge.vsphere.iso.pipeline import Validators, final_path
 
 
 def test_same_strong_etag_is_the_same_version() -> None:

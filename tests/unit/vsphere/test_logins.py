@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentforge.vsphere.credentials import Credentials, SessionKey
-from agentforge.vsphere.logins import LoginGuard, LoginPolicy
 from agentforge.vsphere.model import errors
+from agentforge.vsphere.session.credentials import Credentials, SessionKey
+from agentforge.vsphere.session.logins import LoginGuard, LoginPolicy
 
 START = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agentforge.vsphere.model.placement import Placement
-from agentforge.vsphere.session_cache import Memo, SessionCache
+from agentforge.vsphere.session.cache import Memo, SessionCache
 
 PLACEMENT = Placement(
     datacenter="dc",

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import facts, specs
 from agentforge.vsphere.model.markers import OwnershipMarkers
+from agentforge.vsphere.vm import build_specs as specs
+from agentforge.vsphere.vm import read_facts as facts
 from agentforge.vsphere.vmomi import vim
 
 MARKERS = OwnershipMarkers(pool_namespace="ns", pool_name="p", pool_uid="u", vsphere_agent="a")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentforge.vsphere import tasks
 from agentforge.vsphere.model import errors
+from agentforge.vsphere.tasks import waiter as tasks
 from agentforge.vsphere.vmomi import vim
 
 

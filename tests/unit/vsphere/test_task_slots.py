@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentforge.vsphere.task_slots import Slot, TaskSlots
+from agentforge.vsphere.tasks.slots import Slot, TaskSlots
 
 
 class Clock:

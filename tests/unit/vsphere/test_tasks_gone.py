@@ -21,8 +21,8 @@ import pytest
 
 from agentforge.vsphere import faults, props
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.session import SessionOptions
-from agentforge.vsphere.tasks import TaskWaiter
+from agentforge.vsphere.session.vcenter_session import SessionOptions
+from agentforge.vsphere.tasks.waiter import TaskWaiter
 from agentforge.vsphere.vmomi import vim, vmodl
 from sim.actors.waiting import eventually
 

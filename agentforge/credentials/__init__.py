@@ -1,0 +1,1 @@
+"""vSphere credentials from Kubernetes Secrets, process-wide: the Secret's rules, the cache."""

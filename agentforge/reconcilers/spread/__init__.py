@@ -1,0 +1,1 @@
+"""The `spread-rules` controller (key: VsphereAgentPool): a spread pool's DRS rules converge."""

@@ -1,0 +1,296 @@
+"""The `vm` controller (key: VsphereAgent): one VM per VsphereAgent, created once, deleted safely.
+
+Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
+
+* deleting -> `vm_delete.finalize` (ejection first, ownership-checked delete, Agent,
+  finalizer);
+* no finalizer -> add `agent-forge.containeroo.ch/vsphere-agent` first;
+* pool missing -> Ready=False `PoolNotFound`, nothing in vSphere;
+* `created-for: adopted` -> `adopt.ensure_adopted` (never creates);
+* otherwise -> `vm_create.ensure_created` (checkpoint, create, record; resume after
+  a crash by looking the VM up by recorded UUID and name);
+* then the ejection step, when one is wired (`ejection.Ejection`: resume a recorded
+  ISO ejection, or start one for an installed worker of an opted-in pool).
+
+No worker waits on vCenter. A pass that starts a vCenter task (create, power on, power
+off, destroy, CD-ROM disconnect) records its moref and ends; the task's end reconciles
+the key again (`task_waits`). Every vCenter task slot taken (`vsphere.TaskSlotPending`,
+`--vsphere-max-tasks-in-flight`), or a vCenter login that takes longer than a caller may
+wait (`vsphere.LoginPending`), ends the pass without a failure: what it learnt is
+written, and the key is reconciled again when its pool's turn for a slot comes, or when
+the login ends (`login_waits`), so neither a busy nor a black-holed vCenter holds a
+worker. A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
+reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the pool's
+generation, UID, deletion or cached ISO path changed); Agents (-> the VsphereAgent whose
+`status.vm.agentRef` names them, and deleting VsphereAgents whose recorded VM identity
+is theirs: a bound Agent holds a deletion, and the ejection feature reacts to
+installation).
+
+Fair between pools: the work queue hands keys out in turn between pools
+(`kube.queue.WorkQueue` fairness, the key's `spec.poolRef`), as the vCenter task
+slots do, so a pool asking for one VM during another pool's burst of hundreds is
+reconciled within one turn of the pools at each step of its task chain, not after
+the burst's keys.
+
+Status writes: one per pass where the steps allow it (`vm_context.StatusWriter`:
+conditions and a new VM's identity ride along with the pass's next write, or go at its
+end). Read your writes: the writer reports every version it stored to the controller
+(`kube.controller`), which never reconciles a key from a cached version its own write
+superseded (it waits for the watch to deliver the newer one), so finished work is not
+redone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from agentforge import vsphere
+from agentforge.api import kinds, names
+from agentforge.api.conditions import VsphereAgentReason
+from agentforge.api.pool import VsphereAgentPool
+from agentforge.api.vsphereagent import VsphereAgent
+from agentforge.kube import errors as kerrors
+from agentforge.kube.controller import Controller, Result, Watch
+from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.vm import adopt
+from agentforge.reconcilers.vm import create as vm_create
+from agentforge.reconcilers.vm import delete as vm_delete
+from agentforge.reconcilers.vm import spread_choice as vm_spread
+from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
+from agentforge.reconcilers.waits.login_waits import LoginWaits
+from agentforge.reconcilers.waits.task_waits import TaskWaits
+
+__all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME: Final = "vm"
+JsonObj = dict[str, Any]
+
+
+class EjectionStep(vm_delete.EjectionHook, Protocol):
+    """The ISO ejection feature as the vm controller runs it, after creation/adoption."""
+
+    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
+        """Resume a recorded ejection or start a new one; the requeue it needs."""
+        ...
+
+
+def _merged(first: Result | None, second: Result | None) -> Result | None:
+    """One result for two steps: a failure backs off, else the sooner requeue wins."""
+    if first is None or second is None:
+        return first or second
+    if first.requeue or second.requeue:
+        return Result(requeue=True)
+    afters = [r.requeue_after for r in (first, second) if r.requeue_after is not None]
+    return Result(requeue_after=min(afters)) if afters else None
+
+
+class VmReconciler:
+    def __init__(
+        self,
+        *,
+        deps: Deps,
+        ejection: EjectionStep | None = None,
+        iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
+    ) -> None:
+        self._deps = deps
+        self._iso_quiet = iso_quiet
+        self._agents = deps.informer(kinds.VSPHERE_AGENT)
+        self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
+        self._ejection = ejection
+        self._wrote: Callable[[ObjectKey, str], None] | None = None
+        self.waits = LoginWaits(deps.vsphere)
+        self.tasks = TaskWaits(deps.vsphere, controller=CONTROLLER_NAME)
+        self.spread = vm_spread.SpreadLedger()
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        raw = self._agents.get_by_key(key)
+        if raw is None:
+            self.tasks.forget(key)  # nothing to wait for any more: give its turn away
+            return None
+        agent = VsphereAgent.model_validate(raw)
+        pool_raw = self._pools.get(
+            namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name
+        )
+        pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw is not None else None
+        inputs = VmInputs.of(
+            self._deps,
+            raw=raw,
+            agent=agent,
+            pool=pool,
+            now=self._deps.now(),
+            key=key,
+            waits=self.tasks,
+            spread=self.spread,
+        )
+        wrote = self._wrote
+        writer = StatusWriter.of(
+            self._deps,
+            inputs,
+            wrote=None if wrote is None else (lambda version: wrote(key, version)),
+        )
+        try:
+            result = await self._reconcile(inputs, writer)
+        except vsphere.LoginPending as pending:  # back when the login ends; no failure
+            with contextlib.suppress(kerrors.KubeError):
+                await writer.flush()
+            result = self.waits.wait(pending, key)
+        except vsphere.TaskSlotPending as pending:  # back in its pool's turn; no failure
+            with contextlib.suppress(kerrors.KubeError):
+                await writer.flush()
+            result = self.tasks.wait_slot(key, pending)
+        except Exception:
+            # what the pass learnt (a condition, a VM's identity) is still recorded
+            with contextlib.suppress(kerrors.KubeError):
+                await writer.flush()
+            raise
+        else:
+            await writer.flush()  # one status write per pass where the steps allow
+        finally:
+            self.tasks.give_back(key)  # a slot handed over for a next task not started
+        return result
+
+    def bind(self, wrote: Callable[[ObjectKey, str], None]) -> None:
+        """Report the versions this reconciler's writes stored (the controller's
+        read-your-writes guard, `Controller.wrote`)."""
+        self._wrote = wrote
+
+    async def _reconcile(self, inputs: VmInputs, writer: StatusWriter) -> Result | None:
+        agent, pool = inputs.agent, inputs.pool
+        if agent.metadata.deleting:
+            return await vm_delete.finalize(inputs, writer, ejection=self._ejection)
+        if names.FINALIZER_VSPHERE_AGENT not in agent.metadata.finalizers and not (
+            await self._add_finalizer(agent, writer)
+        ):
+            return Result(requeue=True)
+        if pool is None:
+            await writer.ready(
+                ok=False,
+                reason=VsphereAgentReason.POOL_NOT_FOUND,
+                message=(
+                    f"VsphereAgentPool {agent.metadata.namespace}/{agent.spec.pool_ref.name} "
+                    "not found: create it or fix spec.poolRef.name"
+                ),
+            )
+            return None
+        if adopt.is_adopted(inputs):
+            result = await adopt.ensure_adopted(inputs, writer)
+        elif (quiet := vm_create.waits_quietly_for_iso(inputs, self._iso_quiet)) is not None:
+            return quiet  # nothing written yet: not even its first ISOEjected condition
+        else:
+            result = await vm_create.ensure_created(inputs, writer)
+        if self._ejection is None or (
+            inputs.vcenter.in_flight and agent.status.iso_ejection is None
+        ):
+            return result  # (its first condition rides with the creation's last write)
+        return _merged(result, await self._ejection.reconcile(inputs=inputs, writer=writer))
+
+    async def _add_finalizer(self, agent: VsphereAgent, writer: StatusWriter) -> bool:
+        """Merge patch guarded by the cached resourceVersion: a 409 (the pool controller
+        wrote `status.vm` meanwhile: expected) retries quietly with backoff rather than
+        overwrite a finalizer list someone changed meanwhile. False on a 409."""
+        try:
+            stored = await self._deps.client.patch_merge(
+                kinds.VSPHERE_AGENT,
+                namespace=agent.metadata.namespace,
+                name=agent.metadata.name,
+                patch={
+                    "metadata": {
+                        "resourceVersion": agent.metadata.resource_version,
+                        "finalizers": [*agent.metadata.finalizers, names.FINALIZER_VSPHERE_AGENT],
+                    }
+                },
+            )
+        except kerrors.Conflict as exc:
+            log.debug(
+                "VsphereAgent %s changed since the cache saw it (%s); finalizer retried",
+                agent.metadata.key,
+                exc,
+            )
+            return False
+        writer.saw(stored)
+        return True
+
+
+def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
+    def watched(obj: JsonObj) -> tuple[Any, ...]:
+        meta = obj.get("metadata") or {}
+        iso = (obj.get("status") or {}).get("iso") or {}
+        return (
+            meta.get("uid"),
+            meta.get("generation"),
+            meta.get("deletionTimestamp"),
+            iso.get("path"),
+        )
+
+    return watched(old) != watched(new)
+
+
+def controller(
+    deps: Deps,
+    *,
+    ejection: EjectionStep | None = None,
+    retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
+    iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
+) -> Controller:
+    """The `vm` controller over the app's informers (see the module doc); `iso_quiet`:
+    how long a new VsphereAgent waits for its pool's ISO before saying so."""
+    agents = deps.informer(kinds.VSPHERE_AGENT)
+    indexes.install(deps.informers)
+    reconciler = VmReconciler(deps=deps, ejection=ejection, iso_quiet=iso_quiet)
+
+    def agents_of_pool(obj: JsonObj) -> list[ObjectKey]:
+        meta = obj.get("metadata") or {}
+        value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        return pool_specs.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_POOL, value))
+
+    def agents_of_agent(obj: JsonObj) -> list[ObjectKey]:
+        """The VsphereAgent recording the Agent, and deleting ones whose VM it is by
+        identity (a bound Agent holds that deletion: its unbinding resumes it)."""
+        meta = obj.get("metadata") or {}
+        value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        found = agents.by_index(indexes.VSPHERE_AGENTS_BY_AGENT, value)
+        for key in indexes.agent_identity_keys(obj):
+            found += [
+                va
+                for va in agents.by_index(indexes.VSPHERE_AGENTS_BY_IDENTITY, key)
+                if (va.get("metadata") or {}).get("deletionTimestamp")
+            ]
+        return pool_specs.keys_of(found)
+
+    def pool_of(key: ObjectKey) -> str:
+        """The pool a VsphereAgent's key takes turns in (`WorkQueue` fairness); a key
+        no longer cached goes with the keys of no pool."""
+        raw = agents.get_by_key(key)
+        if raw is None:
+            return ""
+        pool = ((raw.get("spec") or {}).get("poolRef") or {}).get("name") or ""
+        return f"{(raw.get('metadata') or {}).get('namespace', '')}/{pool}"
+
+    built = Controller(
+        name=CONTROLLER_NAME,
+        reconcile=reconciler.reconcile,
+        watches=[
+            Watch(source=agents),
+            Watch(
+                source=deps.informer(kinds.VSPHERE_AGENT_POOL),
+                map=agents_of_pool,
+                predicate=_pool_changed,
+            ),
+            Watch(source=deps.informer(kinds.AGENT), map=agents_of_agent),
+        ],
+        workers=deps.workers,
+        rate_limiter=pool_specs.retry_limiter(base=retry_base),
+        cache=agents,
+        fairness=pool_of,
+    )
+    reconciler.waits.bind(built.enqueue)
+    reconciler.tasks.bind(built.enqueue)
+    reconciler.bind(built.wrote)
+    return built

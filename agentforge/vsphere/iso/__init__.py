@@ -1,0 +1,1 @@
+"""The discovery ISO pipeline: image service -> checked bytes -> file on a datastore."""

@@ -1,0 +1,1 @@
+"""One logged-in vCenter session per whole credential, its logins and the registry of them."""

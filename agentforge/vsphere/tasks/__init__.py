@@ -1,0 +1,1 @@
+"""vCenter tasks: one waiter per session behind one filter, and the per-vCenter task slots."""

@@ -1,0 +1,140 @@
+"""The task waiter's objects in vCenter: a private PropertyCollector, a ListView, a filter.
+
+`build` creates the collector and its one filter, which reads (through the view) the
+task paths of every task and the pending question of every VM in the view; `modify`
+adds and removes view members. The view is built over a list of references, and
+vCenter judges that list as a whole: `CreateListView` refuses it when one member no
+longer exists (ManagedObjectNotFound, naming just one of them), `ModifyListView`
+returns the members it could not add (or, on some servers, refuses too). `gone` tells
+exactly which references vCenter no longer knows, so the waiter fails only their
+watchers, with `errors.NotFound` naming the object, and carries on with the rest.
+
+All calls go through `Session.call` (rate limited, retried while transient, typed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentforge.vsphere import props
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.vmomi import vim
+
+if TYPE_CHECKING:
+    from agentforge.vsphere.tasks.host import TaskHost
+
+TASK_PATHS = ("info.state", "info.error", "info.result")
+QUESTION_PATH = "runtime.question"
+# Errors that may mean "a member of the list is gone": worth asking which one.
+MEMBER_FAULTS: tuple[type[errors.VsphereError], ...] = (errors.NotFound, errors.InvalidSpec)
+
+
+@dataclass(eq=False)
+class Collector:
+    pc: Any
+    view: Any
+    generation: int
+    version: str = ""
+
+
+async def build(session: TaskHost, refs: Sequence[Any]) -> Collector:
+    """A new collector whose filter watches `refs` (raises as vCenter refused them)."""
+    generation = session.generation
+    content = session.content
+    members = list(refs)
+
+    def create() -> tuple[Any, Any]:
+        pc = content.propertyCollector.CreatePropertyCollector()
+        try:
+            view = content.viewManager.CreateListView(obj=members)
+            pc.CreateFilter(
+                props.view_filter_spec(
+                    view, [(vim.Task, TASK_PATHS), (vim.VirtualMachine, (QUESTION_PATH,))]
+                ),
+                partialUpdates=True,
+            )
+        except Exception:
+            with contextlib.suppress(Exception):
+                pc.DestroyPropertyCollector()  # do not leave one behind per failed attempt
+            raise
+        return pc, view
+
+    pc, view = await session.call(
+        create, subject="task waiter", action="set up property collector for"
+    )
+    return Collector(pc=pc, view=view, generation=generation)
+
+
+async def destroy(session: TaskHost, collector: Collector) -> None:
+    """Remove a collector and its view from vCenter (best effort: the session's
+    objects go with it anyway)."""
+
+    def remove() -> None:
+        with contextlib.suppress(Exception):
+            collector.pc.DestroyPropertyCollector()
+        with contextlib.suppress(Exception):
+            collector.view.DestroyView()
+
+    with contextlib.suppress(errors.VsphereError):
+        await session.call(remove, subject="task waiter", action="remove the old collector of")
+
+
+async def modify(
+    session: TaskHost, collector: Collector, *, add: Sequence[Any], remove: Sequence[Any]
+) -> list[Any]:
+    """Change the view's members; returns the references vCenter could not add."""
+    adding, removing = list(add), list(remove)
+    missing = await session.call(
+        lambda: collector.view.ModifyListView(add=adding, remove=removing),
+        subject="task list view",
+        action="register tasks in",
+    )
+    return list(missing or [])
+
+
+async def gone(session: TaskHost, refs: Sequence[Any]) -> list[Any]:
+    """The references among `refs` that vCenter no longer knows.
+
+    One read over all of them, reporting missing objects instead of failing; should a
+    server refuse that read as a whole, each reference is read on its own.
+    """
+    unique = list({ref._moId: ref for ref in refs}.values())
+    if not unique:
+        return []
+    try:
+        known = await _known(session, unique)
+    except errors.NotFound:
+        known = set()
+        for ref in unique:
+            with contextlib.suppress(errors.NotFound):
+                known |= await _known(session, [ref])
+    return [ref for ref in unique if ref._moId not in known]
+
+
+async def _known(session: TaskHost, refs: Sequence[Any]) -> set[str]:
+    content = session.content
+    # A task's state; for other types (VMs) no property: the object's presence is the answer.
+    wanted = [(t, ["info.state"] if t is vim.Task else []) for t in dict.fromkeys(map(type, refs))]
+    fetched = await session.call(
+        lambda: props.retrieve(content, objects=props.object_specs(refs), props=wanted),
+        subject=describe(refs[0]) if len(refs) == 1 else "watched tasks",
+        action="check",
+    )
+    return {f.moid for f in fetched if not props.is_gone(f)}
+
+
+def describe(ref: Any) -> str:
+    """`task task-42`, `VM vm-7`: what an error about a watched object names."""
+    kinds = ((vim.Task, "task "), (vim.VirtualMachine, "VM "))
+    kind = next((name for t, name in kinds if isinstance(ref, t)), "")
+    return f"{kind}{ref._moId}"
+
+
+def gone_error(ref: Any) -> errors.NotFound:
+    name = describe(ref)
+    return errors.NotFound(
+        f"vCenter no longer knows {name} (expired, or a stale reference)", subject=name
+    )

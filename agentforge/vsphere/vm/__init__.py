@@ -1,0 +1,1 @@
+"""One VM's life in vCenter: placement, creation, facts, markers, CD-ROM, tags, DRS rules."""

@@ -1,0 +1,111 @@
+"""The hosts of a compute cluster, as a spread pool's host choice needs them.
+
+`cluster_hosts` reads, in two property-collector calls, every host of a cluster (or
+of one DRS host group in it): its name, whether it can take a VM (connected, not in
+maintenance) and its free memory. It decides nothing: the choice is the pure
+`model.spread.choose_host`. A cluster that is not found raises `errors.NotFound`; a
+host group that is not found raises `errors.InvalidSpec` naming the groups there are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentforge.vsphere import props
+from agentforge.vsphere.model import errors
+from agentforge.vsphere.session.vcenter_session import Session
+from agentforge.vsphere.vmomi import vim
+
+__all__ = ["HostState", "cluster_hosts"]
+
+_MIB = 1024 * 1024
+_HOST_PROPS = [
+    "name",
+    "runtime.connectionState",
+    "runtime.inMaintenanceMode",
+    "summary.hardware.memorySize",
+    "summary.quickStats.overallMemoryUsage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    name: str
+    """The host's name (its inventory name below the cluster)."""
+    unusable: str | None
+    """Why it cannot take a VM now (disconnected, in maintenance), else None."""
+    free_mib: int
+    """Memory not in use, MiB (ties between hosts go to the freer one)."""
+
+
+async def cluster_hosts(
+    session: Session, *, datacenter: str, cluster: str, host_group: str | None = None
+) -> list[HostState]:
+    path = f"{datacenter}/host/{cluster.strip('/')}"
+    index = session.content.searchIndex
+    ref = await session.call(
+        lambda: index.FindByInventoryPath(inventoryPath=path),
+        subject=f"compute cluster {cluster}",
+        action="look up",
+    )
+    if not isinstance(ref, vim.ClusterComputeResource):
+        raise errors.NotFound(
+            f"compute cluster {cluster} not found in datacenter {datacenter}",
+            subject=f"compute cluster {cluster}",
+        )
+    paths = ["host", "configurationEx"] if host_group else ["host"]
+    found = await session.call(
+        lambda: props.retrieve(
+            session.content,
+            objects=props.object_specs([ref]),
+            props=[(vim.ClusterComputeResource, paths)],
+        ),
+        subject=f"compute cluster {cluster}",
+        action="read hosts of",
+    )
+    cluster_props = found[0].props if found else {}
+    members: list[Any] = list(cluster_props.get("host") or [])
+    if host_group:
+        members = _in_group(cluster, host_group, cluster_props.get("configurationEx"), members)
+    if not members:
+        return []
+    hosts = await session.call(
+        lambda: props.retrieve(
+            session.content,
+            objects=props.object_specs(members),
+            props=[(vim.HostSystem, _HOST_PROPS)],
+        ),
+        subject=f"compute cluster {cluster}",
+        action="read host states of",
+    )
+    return sorted((_state(h) for h in hosts if not props.is_gone(h)), key=lambda h: h.name)
+
+
+def _in_group(cluster: str, group: str, config: Any, members: list[Any]) -> list[Any]:
+    groups = [
+        g for g in getattr(config, "group", None) or [] if isinstance(g, vim.cluster.HostGroup)
+    ]
+    chosen = next((g for g in groups if g.name == group), None)
+    if chosen is None:
+        names = ", ".join(sorted(g.name for g in groups)) or "none"
+        raise errors.InvalidSpec(
+            f"host group {group} not found in compute cluster {cluster} (host groups: {names})",
+            subject=f"host group {group}",
+        )
+    wanted = {h._moId for h in chosen.host or []}
+    return [h for h in members if h._moId in wanted]
+
+
+def _state(host: props.Fetched) -> HostState:
+    p = host.props
+    name = str(p.get("name") or host.ref._moId)
+    connection = str(p.get("runtime.connectionState") or "unknown")
+    unusable = None
+    if connection != "connected":
+        unusable = f"host {name} is {connection}"
+    elif p.get("runtime.inMaintenanceMode"):
+        unusable = f"host {name} is in maintenance mode"
+    total = int(p.get("summary.hardware.memorySize") or 0) // _MIB
+    used = int(p.get("summary.quickStats.overallMemoryUsage") or 0)
+    return HostState(name=name, unusable=unusable, free_mib=max(total - used, 0))
