@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentforge.vsphere import datastore, faults, task_view
+from agentforge.vsphere import datastore, faults, task_view, tasks
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.vmomi import vim, vmodl
 
@@ -50,7 +50,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> Script:
         return (vim.Datacenter("datacenter-1"), None, None)
 
     monkeypatch.setattr(datastore, "_refs", refs)
-    monkeypatch.setattr(datastore.tasks, "run_task", current.run_task)
+    monkeypatch.setattr(tasks, "run_task", current.run_task)
     monkeypatch.setattr(datastore, "exists", current.head)
     return current
 
