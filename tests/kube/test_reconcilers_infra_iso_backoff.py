@@ -21,6 +21,7 @@ import pytest
 from agentforge.api import fields, kinds, names
 from agentforge.kube.controller import Controller
 from sim.actors.iso9660 import build_iso
+from sim.actors.waiting import eventually
 from tests.kube.reconcilers_world import World, discovery_image
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.vcsim]
@@ -60,7 +61,8 @@ def serve(world: World, shape: str) -> str:
 
 def iso_ready(obj: dict[str, Any] | None) -> dict[str, Any]:
     conditions = ((obj or {}).get("status") or {}).get("conditions") or []
-    return {c["type"]: c for c in conditions}["ISOReady"]
+    found: dict[str, Any] = {c["type"]: c for c in conditions}["ISOReady"]
+    return found
 
 
 async def again(world: World, controller: Controller, *pools: str) -> None:
@@ -116,7 +118,7 @@ async def test_a_refused_image_is_fetched_once_per_try_for_every_pool_of_its_inf
             name="pool",
             patch={"metadata": {"annotations": {names.ANNOTATION_FORCE_ISO_REFRESH: "now"}}},
         )
-        await world.wait_for("the forced try", lambda: _at_least(world, 3))
+        await eventually(lambda: _at_least(world, 3), what="the forced try")
         await world.settled(POOL, "pool", infra)
         await again(world, infra, "pool2", "pool")
         assert world.iso.requests == 3, "a new token tries once, at once; the others wait"
