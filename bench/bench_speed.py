@@ -214,7 +214,7 @@ def _role(process: psutil.Process, *, operator: int) -> str:
     if process.pid == os.getpid():
         return "this benchmark (the simulated world's actors, the polls)"
     cmdline = process.cmdline()
-    name = os.path.basename(cmdline[0]) if cmdline else process.name()
+    name: str = os.path.basename(cmdline[0]) if cmdline else process.name()
     if "python" in name and "-m" in cmdline:
         return f"python -m {cmdline[cmdline.index('-m') + 1]}"
     return name

@@ -252,8 +252,8 @@ async def _source(workdir: Path, size: int) -> AsyncIterator[str]:
 class _PeakRss:
     def __init__(self) -> None:
         self._proc = psutil.Process()
-        self.base = self._proc.memory_info().rss
-        self.peak = self.base
+        self.base: int = self._proc.memory_info().rss
+        self.peak: int = self.base
         self._task: asyncio.Task[None] | None = None
 
     async def _sample(self) -> None:

@@ -357,7 +357,7 @@ class OperatorProcess:
         timeout = aiohttp.ClientTimeout(total=5)
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, headers=headers, ssl=tls) as response,
+            session.get(url, headers=headers, ssl=True if tls is None else tls) as response,
         ):
             return response.status, await response.text()
 

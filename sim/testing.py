@@ -102,7 +102,7 @@ def _started(process: psutil.Process) -> float:
     try:
         stat = Path(f"/proc/{process.pid}/stat").read_text()
     except OSError:
-        return process.create_time()  # not Linux: the wall-clock form
+        return float(process.create_time())  # not Linux: the wall-clock form
     return float(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
 
 

@@ -258,4 +258,4 @@ def _bound_to(agent: dict[str, Any], am: dict[str, Any]) -> bool:
     namespace = (meta.get("annotations") or {}).get(
         names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE
     ) or deployment.get("namespace")
-    return namespace == am["metadata"]["namespace"]
+    return bool(namespace == am["metadata"]["namespace"])

@@ -163,7 +163,7 @@ def _fact(obj: Any) -> VmFact:
         moref=str(obj.obj._moId),
         name=str(props.get("name", "")),
         bios_uuid=str(props.get("config.uuid") or "").lower(),
-        powered_on=props.get("runtime.powerState") == vim.VirtualMachinePowerState.poweredOn,
+        powered_on=props.get("runtime.powerState") == vim.VirtualMachine.PowerState.poweredOn,
         iso_files=tuple(isos),
         macs=tuple(macs),
         num_cpus=int(props.get("config.hardware.numCPU") or 0),

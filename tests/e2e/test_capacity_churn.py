@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 from agentforge.api import kinds, names
@@ -109,7 +110,7 @@ async def test_agent_machines_replaced_while_their_vms_boot_keep_the_vm_count_bo
                 if not m["metadata"].get("deletionTimestamp") and m["metadata"]["name"] not in gone
             ]
             await eventually(
-                lambda live=live: serving(live),
+                functools.partial(serving, live),
                 within=60,
                 what=f"round {round_ + 1}: a VsphereAgent serving each of {live}",
             )

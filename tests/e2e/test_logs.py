@@ -154,11 +154,15 @@ async def test_each_problem_is_one_warning_when_it_starts_and_one_info_when_it_c
     # Each problem reported, then retried (the untrusted certificate, the missing
     # datastore cluster and the refused image after 30 s, the others within seconds).
     for pool, (condition, reason, event) in problems.items():
+
+        def retried(
+            s: Snapshot, p: str = pool, c: str = condition, r: str = reason, e: str = event
+        ) -> bool:
+            return shows(p, c, "False", r)(s) and retries(s, p, e) >= 2
+
         await eventually(
             world.snapshot,
-            lambda s, p=pool, c=condition, r=reason, e=event: (
-                shows(p, c, "False", r)(s) and retries(s, p, e) >= 2
-            ),
+            retried,
             within=WITHIN,
             what=f"pool {pool}: {condition}=False/{reason}, retried",
         )
@@ -191,11 +195,13 @@ async def test_each_problem_is_one_warning_when_it_starts_and_one_info_when_it_c
         patch={"metadata": {"annotations": {names.ANNOTATION_FORCE_ISO_REFRESH: "healed"}}},
     )
     for pool, (condition, _, _) in problems.items():
+
+        def fixed(s: Snapshot, p: str = pool, c: str = condition) -> bool:
+            return (condition_of(s.pool(p), c) or {}).get("status") == "True"
+
         await eventually(
             world.snapshot,
-            lambda s, p=pool, c=condition: (
-                (condition_of(s.pool(p), c) or {}).get("status") == "True"
-            ),
+            fixed,
             within=WITHIN,
             what=f"pool {pool}: {condition}=True",
         )

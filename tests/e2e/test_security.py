@@ -65,7 +65,7 @@ Grant = tuple[str, str]  # (verb, resource as the proxy names it: plural[.group]
 
 
 def shipped_rbac() -> list[dict[str, Any]]:
-    objects = []
+    objects: list[dict[str, Any]] = []
     for path in sorted(RBAC_DIR.glob("*.yaml")):
         objects.extend(o for o in yaml.safe_load_all(path.read_text()) if o)
     return [o for o in objects if o.get("kind") != "Kustomization"]

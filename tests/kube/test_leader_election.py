@@ -94,7 +94,8 @@ async def fast_pair(
 
 
 async def _lease(kube: client.KubeClient, name: str) -> dict[str, Any]:
-    return (await kube.get(LEASE, namespace=NAMESPACE, name=name))["spec"]
+    spec: dict[str, Any] = (await kube.get(LEASE, namespace=NAMESPACE, name=name))["spec"]
+    return spec
 
 
 async def _leading(op: OperatorProcess, lease_name: str) -> bool:

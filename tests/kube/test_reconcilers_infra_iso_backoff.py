@@ -61,7 +61,8 @@ def serve(world: World, shape: str) -> str:
 
 def iso_ready(obj: dict[str, Any] | None) -> dict[str, Any]:
     conditions = ((obj or {}).get("status") or {}).get("conditions") or []
-    return {c["type"]: c for c in conditions}["ISOReady"]
+    found: dict[str, Any] = {c["type"]: c for c in conditions}["ISOReady"]
+    return found
 
 
 async def again(world: World, controller: Controller, *pools: str) -> None:

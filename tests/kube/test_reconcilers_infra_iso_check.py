@@ -82,7 +82,10 @@ async def iso_ready(world: World, *, status: str, reason: str) -> dict[str, Any]
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}[type_]
+    found: dict[str, Any] = {
+        c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []
+    }[type_]
+    return found
 
 
 async def all_files(world: World) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -35,7 +36,7 @@ async def _idle(op: Operator) -> bool:
     return all(len(c.queue) == 0 and not c.queue.processing for c in op.controllers)
 
 
-async def _condition(world: World, type_: str, status: str) -> dict | None:  # type: ignore[type-arg]
+async def _condition(world: World, type_: str, status: str) -> dict[str, Any] | None:
     conditions = (await world.pool()).get("status", {}).get("conditions", [])
     found = next((c for c in conditions if c["type"] == type_), None)
     return found if found is not None and found["status"] == status else None
@@ -138,7 +139,7 @@ async def test_a_vm_never_discovered_is_orphaned_then_replaced(world: World) -> 
     await eventually(deleting, what="the orphan to be deleted")
     await world.patch(kinds.VSPHERE_AGENT, "am-1", {"metadata": {"finalizers": None}})
 
-    async def replaced() -> dict | None:  # type: ignore[type-arg]
+    async def replaced() -> dict[str, Any] | None:
         current = await world.get(kinds.VSPHERE_AGENT, "am-1")
         if current and current["metadata"]["uid"] != first["metadata"]["uid"]:
             return current

@@ -24,6 +24,7 @@ from agentforge.reconcilers.planning import naming
 from sim.actors.waiting import eventually
 from sim.controlplane.controlplane import ControlPlane
 from sim.controlplane.pytest_plugin import namespace_name
+from tests.kube.pool_world import UUID, World
 from tests.kube.reconcilers_support import (
     LABELS,
     POOL,
@@ -32,7 +33,6 @@ from tests.kube.reconcilers_support import (
     machine_obj,
     running_operator,
 )
-from tests.kube.test_reconcilers_pool import UUID, World
 
 JsonObj = dict[str, Any]
 

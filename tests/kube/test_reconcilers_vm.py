@@ -32,7 +32,8 @@ def status_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def ready(obj: dict[str, Any]) -> dict[str, Any]:
-    return {c["type"]: c for c in status_of(obj).get("conditions") or []}["Ready"]
+    found: dict[str, Any] = {c["type"]: c for c in status_of(obj).get("conditions") or []}["Ready"]
+    return found
 
 
 def expected_markers(world: World, pool: dict[str, Any], va: str) -> dict[str, str]:

@@ -33,7 +33,8 @@ def status_of(obj: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def ready(obj: dict[str, Any]) -> dict[str, Any]:
-    return {c["type"]: c for c in status_of(obj).get("conditions") or []}["Ready"]
+    found: dict[str, Any] = {c["type"]: c for c in status_of(obj).get("conditions") or []}["Ready"]
+    return found
 
 
 async def pool_with_iso(world: World, name: str = "pool") -> None:
@@ -391,6 +392,7 @@ async def test_an_unreachable_vcenter_costs_a_recorded_creation_one_write_not_on
         versions = set()
         for _ in range(25):  # 5 s of the breaker's 10 s
             va = await world.get(VA, "va1")
+            assert va is not None, "the VsphereAgent stays while vCenter is unreachable"
             versions.add(va["metadata"]["resourceVersion"])
             await asyncio.sleep(0.2)
         assert len(versions) == 1, f"{len(versions)} status writes while vCenter was unreachable"

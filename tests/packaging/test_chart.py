@@ -146,7 +146,8 @@ def test_switches_leave_out_network_policies_and_pdb_and_add_monitoring() -> Non
 
 def _manager(pod: dict[str, Any]) -> dict[str, Any]:
     (manager,) = [c for c in pod["spec"]["containers"] if c["name"] == "manager"]
-    return manager
+    found: dict[str, Any] = manager
+    return found
 
 
 PROXY_ENV = [

@@ -34,7 +34,7 @@ def _shipped_templates() -> list[tuple[str, Pod]]:
         for obj in kustomize.build(kustomization.parent):
             for pod in pod_security.pod_templates(obj):
                 meta = obj["metadata"]
-                found[f"{obj['kind']} {meta.get('namespace')}/{meta['name']}"] = pod
+                found[f"{obj['kind']} {meta.get('namespace')}/{meta['name']}"] = dict(pod)
     return sorted(found.items())
 
 
@@ -188,7 +188,7 @@ def test_the_checker_catches_each_violation(rule_id: str, mutate: Callable[[Pod]
 
 
 def test_the_lint_reports_a_violation_in_a_manifest() -> None:
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "spec": {"template": {"spec": _manager()}},

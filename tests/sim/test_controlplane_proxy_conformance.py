@@ -199,7 +199,9 @@ def _python_steps(api: k8s.ApiClient, namespace: str) -> list[Step]:
         steps.append((name, status, normalize(body, namespace)))
         return body
 
-    since = core.list_namespaced_config_map(namespace).metadata.resource_version
+    listed = core.list_namespaced_config_map(namespace).metadata
+    assert listed is not None, "a list always has its metadata"
+    since = listed.resource_version
     step("create", core.create_namespaced_config_map, namespace, config_map("cm", a="1"))
     step("create again", core.create_namespaced_config_map, namespace, config_map("cm", a="1"))
     step("get", core.read_namespaced_config_map, "cm", namespace)

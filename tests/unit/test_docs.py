@@ -9,7 +9,9 @@ benchmark) to the code that defines it. A failure names the page and the unknown
 from __future__ import annotations
 
 import re
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,8 +27,8 @@ from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.common.event_reasons import InfraEvent, RuleEvent, VmEvent
 from agentforge.reconcilers.ejection.status import EjectionEvent
+from agentforge.reconcilers.pool.apply import PoolEvent
 from agentforge.reconcilers.pool.capacity_metrics import CapacityState
-from agentforge.reconcilers.pool.reconcile import PoolEvent
 from agentforge.reconcilers.scaleup.reconcile import ScaleUpEvent
 from scripts import settings_reference, validate_manifests
 from sim.world import DEFAULT_INFRAENV, DEFAULT_SECRET, samples
@@ -95,7 +97,7 @@ def test_relative_links_and_anchors_resolve(path: Path) -> None:
     ],
     ids=lambda e: e.__name__,
 )
-def test_every_reason_phase_and_state_is_documented_in_operations(names: type) -> None:
+def test_every_reason_phase_and_state_is_documented_in_operations(names: type[Enum]) -> None:
     text = _text(OPERATIONS)
     missing = [member.value for member in names if f"`{member.value}`" not in text]
     assert missing == []
@@ -158,7 +160,7 @@ def _assert_known(
 
 
 def _reasons() -> set[str]:
-    enums: list[type] = [
+    enums: list[type[Enum]] = [
         PoolReason, VsphereAgentReason, ISOEjectedReason, VMReason,
         PoolEvent, InfraEvent, VmEvent, RuleEvent, ScaleUpEvent, EjectionEvent,
     ]  # fmt: skip
@@ -237,12 +239,12 @@ def test_every_reason_in_a_table_exists(page: str) -> None:
 def test_the_immutable_fields_listed_in_upgrade_are_the_crds() -> None:
     from agentforge.api import crdgen  # noqa: PLC0415
 
-    def immutable(schema: dict[str, object], path: str) -> set[str]:
+    def immutable(schema: dict[str, Any], path: str) -> set[str]:
         found: set[str] = set()
         rules = schema.get("x-kubernetes-validations") or []
-        if any(r.get("rule") == "self == oldSelf" for r in rules):  # type: ignore[union-attr]
+        if any(r.get("rule") == "self == oldSelf" for r in rules):
             found.add(path)
-        for key, child in (schema.get("properties") or {}).items():  # type: ignore[union-attr]
+        for key, child in (schema.get("properties") or {}).items():
             found |= immutable(child, f"{path}.{key}" if path else key)
         return found
 

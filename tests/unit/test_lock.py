@@ -162,7 +162,9 @@ def test_a_package_pip_audit_skipped_is_audited_from_the_project_json_when_lates
 ) -> None:
     pins = _runtime_pins()
     skipped = [{"name": n, "skip_reason": "Dependency not found on PyPI"} for n in pins]
-    projects = {n: {"info": {"version": p.version}, "vulnerabilities": []} for n, p in pins.items()}
+    projects: dict[str, dict[str, Any]] = {
+        n: {"info": {"version": p.version}, "vulnerabilities": []} for n, p in pins.items()
+    }
     projects["yarl"]["vulnerabilities"] = [
         {"id": "PYSEC-1", "aliases": [], "fixed_in": [], "withdrawn": None},
         {"id": "PYSEC-0", "aliases": [], "fixed_in": ["1"], "withdrawn": "2020-01-01"},
@@ -179,7 +181,9 @@ def test_a_package_neither_source_can_audit_is_named_and_fails_only_a_strict_aud
 ) -> None:
     pins = _runtime_pins()
     skipped = [{"name": n, "skip_reason": "Dependency not found on PyPI"} for n in pins]
-    projects = {n: {"info": {"version": p.version}, "vulnerabilities": []} for n, p in pins.items()}
+    projects: dict[str, dict[str, Any]] = {
+        n: {"info": {"version": p.version}, "vulnerabilities": []} for n, p in pins.items()
+    }
     projects["rich"]["info"]["version"] = "999.0"
     _fake_pypi(monkeypatch, skipped, projects)
     assert audit_lock.main([]) == 0, "a new upstream release alone never fails make lint"

@@ -72,7 +72,7 @@ def test_token_bucket_try_take_refuses_when_empty_and_refills_with_time() -> Non
 
 def test_default_controller_limiter_uses_the_larger_of_backoff_and_bucket() -> None:
     clock = FakeClock()
-    limiter = ratelimit.default_controller_limiter(clock=clock)
+    limiter: ratelimit.MaxOfLimiter[str] = ratelimit.default_controller_limiter(clock=clock)
     assert limiter.when("a") == pytest.approx(0.005)  # bucket is full, backoff wins
     for i in range(200):
         limiter.when(f"other-{i}")  # drain the bucket

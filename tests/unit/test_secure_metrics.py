@@ -30,8 +30,11 @@ from sim.actors.waiting import eventually
 from sim.controlplane import pki
 from tests.unit.kube.fakes import ReviewApi
 
-PROMETHEUS = {"username": "system:serviceaccount:monitoring:prometheus", "groups": []}
-INTRUDER = {"username": "system:serviceaccount:tenant:app", "groups": []}
+PROMETHEUS: dict[str, Any] = {
+    "username": "system:serviceaccount:monitoring:prometheus",
+    "groups": [],
+}
+INTRUDER: dict[str, Any] = {"username": "system:serviceaccount:tenant:app", "groups": []}
 LOCAL = BindAddress("127.0.0.1", 0)
 
 

@@ -73,21 +73,28 @@ async def test_a_started_disconnect_runs_on_followed_and_is_resumed_once_it_ende
 ) -> None:
     vm = await _vm(driver, service, placement, markers)
     (cd,) = vm.cdroms
-    where = {"datacenter": "dc1", "vm_uuid": vm.bios_uuid or "", "device_key": cd.key}
+    vm_uuid = vm.bios_uuid or ""
     await vcsim.control.set_delay("ReconfigVM_Task", 3000, stage="task")
     try:
         slot = service.claim_task_slot(group="test", token="test")
         started = await service.eject_cdrom(
-            **where, expected_backing=support.ISO, markers=markers, slot=slot
+            datacenter="dc1",
+            vm_uuid=vm_uuid,
+            device_key=cd.key,
+            expected_backing=support.ISO,
+            markers=markers,
+            slot=slot,
         )
         assert started.state is EjectState.IN_PROGRESS
         assert started.task_id is not None
         assert slot.task == started.task_id  # the slot is the followed task's until it ends
-        running = await service.resume_eject(**where)  # a pass woken by something else
+        running = await service.resume_eject(
+            datacenter="dc1", vm_uuid=vm_uuid, device_key=cd.key
+        )  # a pass woken by something else
         assert (running.state, running.task_id) == (EjectState.IN_PROGRESS, started.task_id)
     finally:
         await vcsim.control.clear_delays()
-    done = await driver.settle(service, **where)
+    done = await driver.settle(service, datacenter="dc1", vm_uuid=vm_uuid, device_key=cd.key)
     assert done.state is EjectState.EJECTED
     assert done.cdrom is not None
     assert done.cdrom.backing_file is None

@@ -4,6 +4,7 @@ there" only when vCenter says FileNotFound)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,7 +18,7 @@ ISO_DS = Location(datacenter="dc1", datastore="iso-ds")
 
 
 async def _put(service: VsphereService, path: str, data: bytes) -> None:
-    async def body():  # type: ignore[no-untyped-def]
+    async def body() -> AsyncIterator[bytes]:
         yield data
 
     await datastore.upload(await service.session(), where=ISO_DS, path=path, body=body())

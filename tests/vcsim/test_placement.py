@@ -94,4 +94,5 @@ async def test_a_missing_nested_vm_folder_is_created_on_first_use(
     assert again.folder._moId == folder._moId
     placements.invalidate(session, placement)
     fresh = await placements.resolve(session, placement)
+    assert fresh.folder is not None
     assert fresh.folder._moId == folder._moId

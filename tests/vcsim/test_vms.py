@@ -336,7 +336,7 @@ async def test_a_started_task_is_in_progress_when_read_and_its_end_wakes_the_key
     step: str,
 ) -> None:
     vm = await driver.create(service, support.request(placement, markers))
-    where = {"datacenter": "dc1", "bios_uuid": vm.bios_uuid or "", "markers": markers}
+    bios_uuid = vm.bios_uuid or ""
     if step == "stamp":
         await _strip_markers(service, vm.moid)
     method = "PowerOffVM_Task" if step == "delete" else "ReconfigVM_Task"
@@ -345,9 +345,15 @@ async def test_a_started_task_is_in_progress_when_read_and_its_end_wakes_the_key
     try:
         slot = await driver.slot(service, key)
         if step == "delete":
-            task = (await service.start_delete(**where, slot=slot)).task
+            task = (
+                await service.start_delete(
+                    datacenter="dc1", bios_uuid=bios_uuid, markers=markers, slot=slot
+                )
+            ).task
         else:
-            _, task = await service.start_stamp(**where, slot=slot)
+            _, task = await service.start_stamp(
+                datacenter="dc1", bios_uuid=bios_uuid, markers=markers, slot=slot
+            )
         assert task is not None
         assert (await service.task(task_ref=task)).running  # looked up while it runs
         done = await driver.ended(service, key, task)  # (woken by its end)

@@ -25,13 +25,16 @@ from agentforge.kube.access_review import (
 from agentforge.kube.client import KubeClient
 from tests.unit.kube.fakes import ReviewApi
 
-PROMETHEUS = {
+PROMETHEUS: dict[str, Any] = {
     "username": "system:serviceaccount:monitoring:prometheus",
     "uid": "u-1",
     "groups": ["system:serviceaccounts", "system:authenticated"],
     "extra": {"authentication.kubernetes.io/pod-name": ["prometheus-0"]},
 }
-INTRUDER = {"username": "system:serviceaccount:tenant:app", "groups": ["system:authenticated"]}
+INTRUDER: dict[str, Any] = {
+    "username": "system:serviceaccount:tenant:app",
+    "groups": ["system:authenticated"],
+}
 
 
 class Clock:

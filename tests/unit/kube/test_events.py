@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentforge.api.kinds import Kind
-from agentforge.kube import errors, events
+from agentforge.kube import errors, event_correlator, events
 from agentforge.kube.events import EventType
 
 pytestmark = pytest.mark.looptime
@@ -205,7 +205,7 @@ async def test_the_tenth_distinct_message_within_ten_minutes_is_combined() -> No
 # --- groups: the same reason on many objects of one pool ----------------------------------
 
 
-HOLD = events.GROUP_HOLD_S
+HOLD = event_correlator.GROUP_HOLD_S
 
 
 async def test_a_burst_is_one_event_on_the_pool_created_with_its_count() -> None:

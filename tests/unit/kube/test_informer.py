@@ -366,7 +366,8 @@ async def test_a_record_is_parsed_and_a_rejection_logged_once_per_version(
         parsed.append((meta["name"], meta["resourceVersion"]))
         if meta["name"] == "bad":
             raise ValueError("unreadable")
-        return meta["name"]
+        name: str = meta["name"]
+        return name
 
     inf = make(api, parse=parse)
     with caplog.at_level("WARNING", logger=informer.__name__):

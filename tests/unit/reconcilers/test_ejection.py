@@ -94,6 +94,7 @@ class PruningApi(FakeApi):
         name: str,
         mutate: Callable[[JsonObj], JsonObj | None],
         attempts: int = 5,
+        start: Any = None,
     ) -> JsonObj:
         def pruned(obj: JsonObj) -> JsonObj | None:
             out = mutate(obj)

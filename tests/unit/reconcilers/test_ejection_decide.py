@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agentforge import vsphere
-from agentforge.api.vsphereagent import ISOEjectionRecord
+from agentforge.api.vsphereagent import ISOEjectionPhase, ISOEjectionRecord
 from agentforge.reconcilers.ejection import decide
 from agentforge.reconcilers.ejection.decide import Device, Observation, StepKind
 from tests.unit.reconcilers import ejection_support as es
@@ -207,4 +207,5 @@ def test_a_go_operator_record_without_ownership_names_no_markers() -> None:
         go_record.pop(key)
     rec = ISOEjectionRecord.model_validate(go_record)
     assert decide.record_markers(rec) is None
+    assert isinstance(rec.phase, ISOEjectionPhase)  # a known phase, not an unknown string
     assert rec.phase.value == "QuestionRecorded"

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agentforge import vsphere
+from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.waits.login_waits import LoginWaits
 
 
@@ -36,10 +37,15 @@ async def test_a_key_that_met_a_login_in_flight_is_enqueued_when_it_ends(
     woken: list[str] = []
     ended = asyncio.Event()
     waits = LoginWaits(registry)
-    waits.bind(lambda key: (woken.append(key), ended.set()))
+
+    def wake(key: ObjectKey) -> None:
+        woken.append(key)
+        ended.set()
+
+    waits.bind(wake)
     with pytest.raises(vsphere.LoginPending) as pending:
         await registry.session(dead)
-    result = waits.wait(pending.value, "ns/pool")
+    result = waits.wait(pending.value, ObjectKey("ns/pool"))
     assert result.requeue_after == registry.options.login_timeout_seconds  # the fallback
     await asyncio.wait_for(ended.wait(), timeout=30)
     assert woken == ["ns/pool"]
@@ -56,11 +62,16 @@ async def test_a_failed_login_brings_back_every_key_using_those_credentials(
     forgotten: list[str] = []
     ended = asyncio.Event()
     waits = LoginWaits(registry, on_failure=forgotten.append)
-    waits.bind(lambda key: (woken.append(key), ended.set()))
-    waits.track("ns/a", dead.key)
-    waits.track("ns/b", dead.key)
-    waits.track("ns/c", other.key)
-    waits.track("ns/b", None)  # b moved on (deleted, or another Secret)
+
+    def wake(key: ObjectKey) -> None:
+        woken.append(key)
+        ended.set()
+
+    waits.bind(wake)
+    waits.track(ObjectKey("ns/a"), dead.key)
+    waits.track(ObjectKey("ns/b"), dead.key)
+    waits.track(ObjectKey("ns/c"), other.key)
+    waits.track(ObjectKey("ns/b"), None)  # b moved on (deleted, or another Secret)
     with pytest.raises(vsphere.LoginPending):
         await registry.session(dead)
     await asyncio.wait_for(ended.wait(), timeout=30)

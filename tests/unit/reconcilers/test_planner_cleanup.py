@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
@@ -214,10 +216,15 @@ def test_a_machine_deleted_record_is_kept_while_its_agent_is_bound() -> None:
 # --- never the VM of a bound Agent, whatever the bookkeeping says --------------------------
 
 
-def orphan(**identity: str) -> dict[str, object]:
+def orphan(bios_uuid: str, mac_address: str | None = None) -> dict[str, Any]:
     """An Orphaned VM past its grace period whose agentRef was cleared."""
     return vsphere_agent_obj(
-        "am-1", phase="Orphaned", reason="AgentMissing", transition=ago(hours=2), **identity
+        "am-1",
+        phase="Orphaned",
+        reason="AgentMissing",
+        transition=ago(hours=2),
+        bios_uuid=bios_uuid,
+        mac_address=mac_address,
     )
 
 

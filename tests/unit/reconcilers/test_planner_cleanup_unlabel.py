@@ -3,6 +3,8 @@ pool's selector labels, so CAPI cannot bind the Agent of a VM on its way out."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
 from agentforge.api.vm import VMPhase, VMReason
@@ -41,10 +43,17 @@ def released(**pool_spec: object) -> World:
     )  # fmt: skip
 
 
-def left_behind(**agent: str) -> dict[str, object]:
+def left_behind(spec_hostname: str = "", role: str = "") -> dict[str, Any]:
     """The Agent of a VM made for `am-gone`, prepared before that AgentMachine went away."""
     labels = {**PREPARED, names.LABEL_AGENT_MACHINE: "am-gone"}
-    return agent_obj("a1", bios_uuid=uuid(1), labels=labels, approved=True, **agent)
+    return agent_obj(
+        "a1",
+        bios_uuid=uuid(1),
+        labels=labels,
+        approved=True,
+        spec_hostname=spec_hostname,
+        role=role,
+    )
 
 
 def bind(world: World, agent: str, agent_machine: str) -> None:

@@ -8,6 +8,7 @@ that was not pinned yet, a VM taken by another cluster.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from agentforge.api import names
 from agentforge.api.pool import PlannedActionType
@@ -27,7 +28,7 @@ from tests.unit.reconcilers.planner_support import (
 )
 
 
-def booting(name: str, n: int, *, agent_machine: str | None = "") -> dict[str, object]:
+def booting(name: str, n: int, *, agent_machine: str | None = "") -> dict[str, Any]:
     """A VsphereAgent whose VM exists and boots (no Agent yet)."""
     return vsphere_agent_obj(
         name,

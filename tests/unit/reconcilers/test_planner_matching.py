@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentforge.api import names
 from agentforge.reconcilers.planning import matching
 from agentforge.reconcilers.planning.snapshot import (
@@ -32,7 +34,7 @@ def matched(world: World) -> dict[str, str | None]:
     }
 
 
-def rules(vas: list[dict], agents: list[dict]) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
+def rules(vas: list[dict[str, Any]], agents: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     found = matching.match([vsphere_agent_facts(v) for v in vas], [agent_facts(a) for a in agents])
     return {vm: (m.agent.name, m.rule.value) for vm, m in found.items()}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.planning.planner import ORPHAN_GRACE
 from tests.unit.reconcilers.planner_support import (
@@ -21,10 +23,10 @@ def one(world: World, name: str = "am-1"):  # type: ignore[no-untyped-def]
     return by_vm(world.plan())[name]
 
 
-def served(*objs: dict[str, object]) -> World:
+def served(*objs: dict[str, Any]) -> World:
     """A world whose VsphereAgent `am-1` serves its AgentMachine (waiting unless the
     test adds another `am-1`): the phases of a VM nobody needs are `assignment`'s."""
-    return World().add(agent_machine_obj("am-1"), *objs)  # type: ignore[arg-type]
+    return World().add(agent_machine_obj("am-1"), *objs)
 
 
 def test_a_vsphere_agent_without_a_vm_is_provisioning_and_never_times_out() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentforge.api import names
 from tests.unit.reconcilers.planner_support import (
     World,
@@ -12,7 +14,7 @@ from tests.unit.reconcilers.planner_support import (
 )
 
 
-def patches(world: World) -> dict[str, dict]:  # type: ignore[type-arg]
+def patches(world: World) -> dict[str, dict[str, Any]]:
     return {p.agent: dict(p.patch) for p in world.plan().patches}
 
 

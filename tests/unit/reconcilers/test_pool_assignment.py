@@ -8,6 +8,8 @@ back), then the selection label, then, in a later pass, the Agent.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentforge.api import kinds, names
 from agentforge.kube import errors
 from agentforge.kube.store import ObjectKey
@@ -34,11 +36,11 @@ async def reconcile(h: Harness, reconciler: pool.PoolReconciler | None = None) -
     return await (reconciler or pool.PoolReconciler(h.deps)).reconcile(KEY)
 
 
-def created(h: Harness) -> list[dict]:  # type: ignore[type-arg]
+def created(h: Harness) -> list[dict[str, Any]]:
     return [c.body for c in h.api.calls if c.verb == "create"]
 
 
-def vsphere_agents(h: Harness) -> dict[str, dict]:  # type: ignore[type-arg]
+def vsphere_agents(h: Harness) -> dict[str, dict[str, Any]]:
     return {k[2]: v for k, v in h.api.objects.items() if k[0] == "VsphereAgent"}
 
 
@@ -199,10 +201,11 @@ async def test_a_vm_of_a_gone_agent_machine_is_handed_to_the_waiting_one_record_
     assert action["name"] == "vm-am-old"
 
 
-def status_of(h: Harness) -> dict:  # type: ignore[type-arg]
+def status_of(h: Harness) -> dict[str, Any]:
     found = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
     assert found is not None
-    return found["status"]
+    status: dict[str, Any] = found["status"]
+    return status
 
 
 async def test_a_label_move_that_fails_is_resumed_to_the_same_agent_machine() -> None:

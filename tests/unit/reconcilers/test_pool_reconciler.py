@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from agentforge.api import kinds, names
+from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.planner import ORPHAN_GRACE
@@ -45,7 +47,7 @@ async def reconcile(h: Harness) -> object:
     return await pool.PoolReconciler(h.deps).reconcile(KEY)
 
 
-def status(h: Harness) -> dict:  # type: ignore[type-arg]
+def status(h: Harness) -> dict[str, Any]:
     found = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
     assert found is not None
     return found.get("status") or {}
@@ -300,13 +302,13 @@ async def test_the_pool_is_parsed_once_per_resource_version(
 ) -> None:
     h = world()
     parsed: list[str] = []
-    validate = pool.VsphereAgentPool.model_validate
+    validate = VsphereAgentPool.model_validate
 
-    def counting(obj: dict, **kw: object) -> pool.VsphereAgentPool:  # type: ignore[type-arg]
+    def counting(obj: dict[str, Any], **kw: Any) -> VsphereAgentPool:
         parsed.append(obj["metadata"]["resourceVersion"])
-        return validate(obj, **kw)  # type: ignore[arg-type]
+        return validate(obj, **kw)
 
-    monkeypatch.setattr(pool.VsphereAgentPool, "model_validate", counting)
+    monkeypatch.setattr(VsphereAgentPool, "model_validate", counting)
     reconciler = pool.PoolReconciler(h.deps)
     cached = h.informers[kinds.VSPHERE_AGENT_POOL].get(namespace=NS, name=POOL)
     assert cached is not None

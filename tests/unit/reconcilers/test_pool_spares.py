@@ -10,6 +10,8 @@ at rest cost no request; status and metrics show them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import REGISTRY
 
 from agentforge.api import kinds, names
@@ -40,7 +42,7 @@ async def reconcile(h: Harness) -> object:
     return await pool.PoolReconciler(h.deps).reconcile(KEY)
 
 
-def spare_obj(name: str, n: int, **kw: object) -> dict:  # type: ignore[type-arg]
+def spare_obj(name: str, n: int, **kw: object) -> dict[str, Any]:
     return vsphere_agent_obj(
         name,
         vm_name=f"vm-{n}",
@@ -56,7 +58,7 @@ def created(h: Harness) -> list[str]:
     return [c.name for c in h.api.calls if c.verb == "create"]
 
 
-def status(h: Harness) -> dict:  # type: ignore[type-arg]
+def status(h: Harness) -> dict[str, Any]:
     found = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
     assert found is not None
     return found.get("status") or {}

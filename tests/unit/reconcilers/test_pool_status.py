@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from typing import Any
 
 from agentforge.api.conditions import ConditionStatus, PoolConditionType
 from agentforge.api.vm import VMPhase, VMReason
@@ -15,23 +16,26 @@ from tests.unit.reconcilers.planner_support import NOW, WHERE, World, agent_mach
 EARLIER = datetime(2026, 2, 1, tzinfo=UTC)
 
 
-def record(**changes: object) -> VMRecord:
-    fields: dict[str, object] = {
-        "vsphere_agent": "va",
-        "name": "vm-1",
-        "phase": VMPhase.BOUND,
-        "reason": VMReason.AGENT_BOUND,
-        "agent": Ref("a1", "uid-a1"),
-        "machine": Ref("m1", "uid-m1"),
-        "last_transition": NOW,
-        "changed": True,
-    }
-    fields.update(changes)
-    return VMRecord(**fields)  # type: ignore[arg-type]
+def record(**changes: Any) -> VMRecord:
+    return VMRecord(
+        vsphere_agent="va",
+        name="vm-1",
+        phase=VMPhase.BOUND,
+        reason=VMReason.AGENT_BOUND,
+        agent=Ref("a1", "uid-a1"),
+        machine=Ref("m1", "uid-m1"),
+        last_transition=NOW,
+        changed=True,
+    )._replace(**changes)
 
 
 def test_the_vm_fields_of_the_vm_controller_are_kept() -> None:
-    vm = {"name": "vm-1", "biosUUID": "u", "macAddress": "00-50-56-00-00-01", "moRef": "vm-7"}
+    vm: dict[str, Any] = {
+        "name": "vm-1",
+        "biosUUID": "u",
+        "macAddress": "00-50-56-00-00-01",
+        "moRef": "vm-7",
+    }
     assert pool_status.apply_vm(vm, record(), where=WHERE)
     assert vm["biosUUID"] == "u"
     assert vm["moRef"] == "vm-7"
@@ -76,7 +80,7 @@ def test_a_gone_machines_reference_is_kept_as_recorded() -> None:
 
 
 def test_a_missing_vm_name_is_filled_in() -> None:
-    vm: dict[str, object] = {}
+    vm: dict[str, Any] = {}
     pool_status.apply_vm(vm, record(), where=WHERE)
     assert vm["name"] == "vm-1"
 
@@ -96,7 +100,7 @@ def test_a_dry_run_never_touches_the_cached_status() -> None:
 
 
 def test_a_written_status_needs_no_second_write() -> None:
-    status: dict[str, object] = {}
+    status: dict[str, Any] = {}
     desired = _desired()
     assert pool_status.apply_pool(status, desired, now=NOW)
     assert not pool_status.pool_would_change(status, desired, now=NOW)
@@ -104,14 +108,14 @@ def test_a_written_status_needs_no_second_write() -> None:
 
 
 def test_fields_and_conditions_of_the_infra_controller_are_kept() -> None:
-    status: dict[str, object] = {
+    status: dict[str, Any] = {
         "iso": {"path": "[iso-ds] a.iso"},
         "conditions": [{"type": "ISOReady", "status": "False", "reason": "ISOCacheFailed",
                         "message": "upload failed", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
     }  # fmt: skip
     pool_status.apply_pool(status, _desired(), now=NOW)
     assert status["iso"] == {"path": "[iso-ds] a.iso"}
-    by_type = {c["type"]: c for c in status["conditions"]}  # type: ignore[attr-defined]
+    by_type = {c["type"]: c for c in status["conditions"]}
     assert by_type["ISOReady"]["reason"] == "ISOCacheFailed"
     assert by_type["Ready"]["status"] == "False"
     assert "upload failed" in by_type["Ready"]["message"]
@@ -124,7 +128,7 @@ def test_a_controller_decided_ready_wins() -> None:
         owned_vms=[],
         ready=pool_conditions.failed(message="could not patch Agent demo/a1"),
     )
-    status: dict[str, object] = {}
+    status: dict[str, Any] = {}
     pool_status.apply_pool(status, desired, now=NOW)
-    ready = next(c for c in status["conditions"] if c["type"] == PoolConditionType.READY)  # type: ignore[attr-defined]
+    ready = next(c for c in status["conditions"] if c["type"] == PoolConditionType.READY)
     assert (ready["status"], ready["reason"]) == (ConditionStatus.FALSE, "ReconcileFailed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
+from typing import Any
 
 from agentforge.api import kinds, names
 from agentforge.api.conditions import ConditionStatus, PoolConditionType
@@ -52,7 +53,7 @@ def pool_writes(h: Harness) -> int:
     return sum(1 for c in h.api.calls if c.verb == "update-status" and c.kind == "VsphereAgentPool")
 
 
-def written(h: Harness) -> dict:  # type: ignore[type-arg]
+def written(h: Harness) -> dict[str, Any]:
     found = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
     assert found is not None
     return found.get("status") or {}
@@ -321,7 +322,7 @@ def test_the_first_status_write_waits_for_the_checks_at_most_the_quiet_time() ->
     assert pacer.first_delay(NOW + timedelta(seconds=2), now=NOW) is None  # clock behind
 
 
-def _checked(obj: dict) -> dict:  # type: ignore[type-arg]
+def _checked(obj: dict[str, Any]) -> dict[str, Any]:
     """The pool as the `infra` controller leaves it after checks that passed."""
     when = format_time(NOW)
     obj["status"] = {

@@ -89,8 +89,10 @@ class Clock:
 async def source(
     api: FakeSecrets, *, interval: float = 60.0, clock: Clock | None = None
 ) -> AsyncIterator[SecretCredentials]:
-    creds = SecretCredentials(
-        client=api, refresh_interval=interval, **({"clock": clock} if clock else {})
+    creds = (
+        SecretCredentials(client=api, refresh_interval=interval, clock=clock)
+        if clock
+        else SecretCredentials(client=api, refresh_interval=interval)
     )
     try:
         yield creds

@@ -10,6 +10,7 @@ deletion are shown in tests/kube/test_reconcilers_spread.py)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from agentforge import vsphere
@@ -120,7 +121,7 @@ def test_a_pool_being_deleted_or_no_longer_spreading_wants_no_rule_anywhere() ->
 
 
 async def sync(
-    sync: spread_rules.RuleSync, vc: Vcenter, want: dict[str, tuple[str, ...]]
+    sync: spread_rules.RuleSync, vc: Vcenter, want: Mapping[str, tuple[str, ...]]
 ) -> spread_rules.Outcome:
     return await sync.sync(vc, spread_pool(), want)  # type: ignore[arg-type]
 

@@ -35,7 +35,7 @@ class Vcenter:
     def __init__(
         self,
         hosts: dict[str, list[HostState]],
-        broken: set[str] = frozenset(),
+        broken: frozenset[str] = frozenset(),
         free: dict[str, int] | None = None,
     ) -> None:
         self.hosts = hosts
@@ -143,7 +143,7 @@ async def test_no_usable_domain_is_refused_naming_each_reason() -> None:
 
 
 async def test_an_unusable_domain_is_reported_with_the_choice() -> None:
-    spot = await choose(Vcenter(HOSTS, broken={"cluster-a"}), [agent("me")])
+    spot = await choose(Vcenter(HOSTS, broken=frozenset({"cluster-a"})), [agent("me")])
     assert spot.domain.name == "zone-b"
     assert [b.name for b in spot.skipped] == ["zone-a"]
     assert "skipped: zone-a: resource pool cluster-a/Resources: not found" in spot.describe()

@@ -16,6 +16,7 @@ from agentforge.vsphere import faults
 from agentforge.vsphere.iso import datastore_files as datastore
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.tasks import view as task_view
+from agentforge.vsphere.tasks import waiter
 from agentforge.vsphere.vmomi import vim, vmodl
 
 WHERE = datastore.Location(datacenter="dc1", datastore="iso-ds")
@@ -52,7 +53,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> Script:
         return (vim.Datacenter("datacenter-1"), None, None)
 
     monkeypatch.setattr(datastore, "_refs", refs)
-    monkeypatch.setattr(datastore.tasks, "run_task", current.run_task)
+    monkeypatch.setattr(waiter, "run_task", current.run_task)
     monkeypatch.setattr(datastore, "exists", current.head)
     return current
 

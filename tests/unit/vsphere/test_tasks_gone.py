@@ -267,7 +267,7 @@ async def test_a_view_change_refused_for_a_stale_task_fails_only_that_task(
     await in_view(server, "task-1", "task-2")
     server.set("task-1", "success")
     server.set("task-2", "success")
-    assert await asyncio.wait_for(asyncio.gather(first, second), timeout=5) == [None, None]
+    assert list(await asyncio.wait_for(asyncio.gather(first, second), timeout=5)) == [None, None]
 
 
 async def test_a_task_forgotten_while_watched_fails_alone_when_the_view_is_rebuilt(
