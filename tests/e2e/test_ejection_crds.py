@@ -29,6 +29,7 @@ from tests.e2e.support import (
     OperatorHarness,
     consistently,
     destroy_vms,
+    eventually,
     install_operator_rbac,
 )
 
@@ -109,8 +110,16 @@ async def test_an_old_crd_that_prunes_the_record_stops_before_vsphere_and_says_t
     assert "Update the CRDs" in message
     assert "nothing was changed in vSphere" in message
     assert "isoEjection" not in va["status"]
-    reasons = {e.get("reason") for e in snap.events_about("VsphereAgent", va["metadata"]["name"])}
-    assert "ISOEjectionCRDsOutdated" in reasons
+    # The Warning follows the condition's write (status first, then the Event).
+    await eventually(
+        world.snapshot,
+        lambda s: (
+            "ISOEjectionCRDsOutdated"
+            in {e.get("reason") for e in s.events_about("VsphereAgent", va["metadata"]["name"])}
+        ),
+        within=30,
+        what="the ISOEjectionCRDsOutdated event",
+    )
 
     proxy = old_crd_controlplane.proxy
     await proxy.reset_counts()

@@ -16,7 +16,7 @@ cannot place: an index function that raised would stop the informer.
 | `AGENTS_BY_IDENTITY` | Agents | the BIOS UUID in its SMBIOS serial, else each MAC |
 | `VSPHERE_AGENTS_BY_IDENTITY` | VsphereAgents | `status.vm.biosUUID` and `.macAddress` |
 
-Identity keys are the canonical forms of `agentforge.api.identity` (a BIOS UUID
+Identity keys are the canonical forms of `agentforge.identity` (a BIOS UUID
 `8-4-4-4-12`, a MAC `aa:bb:cc:dd:ee:ff`: the two never collide, so one index holds
 both) and are not namespaced: "which Agent is this VM" is asked of the whole cache,
 since a VM must never be deleted while any Agent that is it is bound. An Agent is
