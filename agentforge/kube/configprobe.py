@@ -51,6 +51,12 @@ def _placeholder_home() -> Iterator[None]:
         yield
 
 
+# `kubernetes_asyncio.dynamic` (imported by the package) validates manifests with
+# `kubernetes_validate` when that is installed (a development dependency here, through
+# jsonschema: about 1 CPU second to import). The probe validates nothing, so the import
+# is refused and the probe costs what it costs in the image, where it is not installed.
+sys.modules.setdefault("kubernetes_validate", None)  # type: ignore[arg-type]
+
 with _placeholder_home():
     from kubernetes_asyncio.client import Configuration
     from kubernetes_asyncio.config import incluster_config, kube_config
