@@ -7,9 +7,11 @@ never read as "not found"; unknown errors stay permanent and reported.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import socket
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from agentforge.vsphere.model.errors import (
@@ -28,44 +30,62 @@ from agentforge.vsphere.model.errors import (
 )
 from agentforge.vsphere.vmomi import vim, vmodl
 
-_TRANSIENT_FAULTS: tuple[type[BaseException], ...] = (
-    vim.fault.TaskInProgress,
-    vmodl.fault.HostCommunication,
-    vim.fault.ConcurrentAccess,
-    vim.fault.ResourceInUse,
-    vim.fault.Timedout,
-    vmodl.fault.SystemError,
-)
-_NOT_FOUND_FAULTS: tuple[type[BaseException], ...] = (
-    vmodl.fault.ManagedObjectNotFound,
-    vim.fault.FileNotFound,
-    vim.fault.NotFound,
-)
-_EXISTS_FAULTS: tuple[type[BaseException], ...] = (
-    vim.fault.DuplicateName,
-    vim.fault.FileAlreadyExists,
-    vim.fault.AlreadyExists,
-)
-_DENIED_FAULTS: tuple[type[BaseException], ...] = (
-    vim.fault.InvalidLogin,
-    vim.fault.NoPermission,
-    vmodl.fault.SecurityError,
-)
-_INVALID_FAULTS: tuple[type[BaseException], ...] = (
-    vmodl.fault.InvalidArgument,
-    vmodl.fault.InvalidRequest,
-    vmodl.fault.NotSupported,
-    vmodl.fault.InvalidType,
-    vim.fault.InvalidDeviceSpec,
-    vim.fault.InvalidVmConfig,
-    vim.fault.InvalidName,
-    vim.fault.InvalidDatastorePath,
-    vim.fault.InvalidController,
-)
-_STATE_FAULTS: tuple[type[BaseException], ...] = (
-    vim.fault.InvalidState,
-    vim.fault.InvalidPowerState,
-)
+
+@dataclass(frozen=True, slots=True)
+class _Families:
+    """pyVmomi fault classes by the typed error they become (subclasses included)."""
+
+    transient: tuple[type[BaseException], ...]
+    not_found: tuple[type[BaseException], ...]
+    exists: tuple[type[BaseException], ...]
+    denied: tuple[type[BaseException], ...]
+    invalid: tuple[type[BaseException], ...]
+    state: tuple[type[BaseException], ...]
+
+
+@functools.cache
+def _families() -> _Families:
+    """Built on the first fault, so importing this module does not load pyVmomi."""
+    return _Families(
+        transient=(
+            vim.fault.TaskInProgress,
+            vmodl.fault.HostCommunication,
+            vim.fault.ConcurrentAccess,
+            vim.fault.ResourceInUse,
+            vim.fault.Timedout,
+            vmodl.fault.SystemError,
+        ),
+        not_found=(
+            vmodl.fault.ManagedObjectNotFound,
+            vim.fault.FileNotFound,
+            vim.fault.NotFound,
+        ),
+        exists=(
+            vim.fault.DuplicateName,
+            vim.fault.FileAlreadyExists,
+            vim.fault.AlreadyExists,
+        ),
+        denied=(
+            vim.fault.InvalidLogin,
+            vim.fault.NoPermission,
+            vmodl.fault.SecurityError,
+        ),
+        invalid=(
+            vmodl.fault.InvalidArgument,
+            vmodl.fault.InvalidRequest,
+            vmodl.fault.NotSupported,
+            vmodl.fault.InvalidType,
+            vim.fault.InvalidDeviceSpec,
+            vim.fault.InvalidVmConfig,
+            vim.fault.InvalidName,
+            vim.fault.InvalidDatastorePath,
+            vim.fault.InvalidController,
+        ),
+        state=(
+            vim.fault.InvalidState,
+            vim.fault.InvalidPowerState,
+        ),
+    )
 
 
 def fault_name(exc: BaseException) -> str:
@@ -108,19 +128,20 @@ def classify(exc: BaseException, *, subject: str, action: str) -> VsphereError:
         return make(SessionExpired, "the session expired; it is re-established and retried")
     if isinstance(exc, vim.fault.InvalidLogin):
         return make(PermissionDenied, "check the username and password in the credentials")
-    if isinstance(exc, _TRANSIENT_FAULTS):
+    families = _families()
+    if isinstance(exc, families.transient):
         return make(TransientError)
-    if isinstance(exc, _NOT_FOUND_FAULTS):
+    if isinstance(exc, families.not_found):
         return make(NotFound)
-    if isinstance(exc, _EXISTS_FAULTS):
+    if isinstance(exc, families.exists):
         return make(AlreadyExists)
-    if isinstance(exc, _DENIED_FAULTS):
+    if isinstance(exc, families.denied):
         privilege = getattr(exc, "privilegeId", "") or ""
         hint = f"grant privilege {privilege}" if privilege else "grant the user the privilege"
         return make(PermissionDenied, hint)
-    if isinstance(exc, _INVALID_FAULTS):
+    if isinstance(exc, families.invalid):
         return make(InvalidSpec)
-    if isinstance(exc, _STATE_FAULTS):
+    if isinstance(exc, families.state):
         return make(InvalidState)
     if isinstance(exc, ssl.SSLCertVerificationError):
         return ConnectionFailed(

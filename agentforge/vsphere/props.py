@@ -12,9 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere.vmomi import vim, vmodl
-
-PC = vmodl.query.PropertyCollector
+from agentforge.vsphere.vmomi import PC, vim
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,8 @@ from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks import waiter as tasks
 from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vm import read_facts as facts
-from agentforge.vsphere.vmomi import vim, vmodl
+from agentforge.vsphere.vmomi import PC, vim
 
-PC = vmodl.query.PropertyCollector
 FILE_NOT_FOUND = "FileNotFound"  # the fault (vim.fault.FileNotFound) about the file itself
 
 

@@ -24,24 +24,24 @@ from agentforge.vsphere.model.specs import (
     ScsiType,
     datastore_path,
 )
-from agentforge.vsphere.vmomi import vim
+from agentforge.vsphere.vmomi import Lazy, vim
 
-Dev = vim.vm.device
-Op = Dev.VirtualDeviceSpec.Operation
+Dev: Any = Lazy("vim.vm.device")
+Op: Any = Lazy("vim.vm.device.VirtualDeviceSpec.Operation")
 
 KEY_SCSI, KEY_DISK, KEY_IDE, KEY_CDROM, KEY_NIC = -101, -102, -103, -104, -105
 
 
-_SCSI = {
-    ScsiType.PVSCSI: Dev.ParaVirtualSCSIController,
-    ScsiType.LSILOGIC: Dev.VirtualLsiLogicController,
-    ScsiType.LSILOGIC_SAS: Dev.VirtualLsiLogicSASController,
-    ScsiType.BUSLOGIC: Dev.VirtualBusLogicController,
+_SCSI = {  # the device class names, read from pyVmomi when a spec is built
+    ScsiType.PVSCSI: "ParaVirtualSCSIController",
+    ScsiType.LSILOGIC: "VirtualLsiLogicController",
+    ScsiType.LSILOGIC_SAS: "VirtualLsiLogicSASController",
+    ScsiType.BUSLOGIC: "VirtualBusLogicController",
 }
 _NIC = {
-    NicType.VMXNET3: Dev.VirtualVmxnet3,
-    NicType.E1000: Dev.VirtualE1000,
-    NicType.E1000E: Dev.VirtualE1000e,
+    NicType.VMXNET3: "VirtualVmxnet3",
+    NicType.E1000: "VirtualE1000",
+    NicType.E1000E: "VirtualE1000e",
 }
 
 
@@ -63,7 +63,7 @@ def create_spec(
     `config.uuid`, so a caller that recorded it first can find the VM after a crash.
     """
     location = datastore_path(datastore_name) if datastore_name else ""
-    scsi = _SCSI[ScsiType(hardware.scsi_type)](
+    scsi = getattr(Dev, _SCSI[ScsiType(hardware.scsi_type)])(
         key=KEY_SCSI, busNumber=0, sharedBus=Dev.VirtualSCSIController.Sharing.noSharing
     )
     disk = Dev.VirtualDisk(
@@ -89,7 +89,7 @@ def create_spec(
             connected=True, startConnected=True, allowGuestControl=True
         ),
     )
-    nic = _NIC[NicType(hardware.nic_type)](
+    nic = getattr(Dev, _NIC[NicType(hardware.nic_type)])(
         key=KEY_NIC,
         addressType="generated",
         backing=nic_backing(network),

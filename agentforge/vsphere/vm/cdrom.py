@@ -31,9 +31,8 @@ from agentforge.vsphere.tasks.slots import Slot
 from agentforge.vsphere.vm import build_specs as specs
 from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vm import read_facts as facts
-from agentforge.vsphere.vmomi import vim, vmodl
+from agentforge.vsphere.vmomi import PC, vim
 
-PC = vmodl.query.PropertyCollector
 RECONFIGURE_IDS = frozenset({"VirtualMachine.reconfigure", "VirtualMachine.reconfigVm"})
 YES = "0"
 

@@ -28,10 +28,7 @@ from agentforge.vsphere.tasks.slots import Slot
 from agentforge.vsphere.vm import build_specs as specs
 from agentforge.vsphere.vm import read_facts as facts
 from agentforge.vsphere.vm import resolve_placement as placement
-from agentforge.vsphere.vmomi import vim, vmodl
-
-PC = vmodl.query.PropertyCollector
-
+from agentforge.vsphere.vmomi import vim
 
 # --- facts --------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from agentforge.vsphere.model.facts import (
     Question,
     VmFacts,
 )
-from agentforge.vsphere.vmomi import vim
+from agentforge.vsphere.vmomi import Lazy, vim
 
 VM_PATHS = (
     "name",
@@ -35,9 +35,7 @@ VM_PATHS = (
     "runtime.powerState",
     "runtime.question",
 )
-_CD = vim.vm.device.VirtualCdrom
-_CLIENT_BACKINGS = (_CD.RemotePassthroughBackingInfo, _CD.RemoteAtapiBackingInfo)
-_HOST_BACKINGS = (_CD.AtapiBackingInfo, _CD.PassthroughBackingInfo)
+_CD: Any = Lazy("vim.vm.device.VirtualCdrom")
 
 
 def parse_vm(moid: str, props: Mapping[str, Any]) -> VmFacts:
@@ -62,9 +60,9 @@ def parse_cdrom(device: Any) -> Cdrom:
     backing = device.backing
     if isinstance(backing, vim.vm.device.VirtualCdrom.IsoBackingInfo):
         kind, file_name = MediumKind.ISO, str(backing.fileName or "")
-    elif isinstance(backing, _CLIENT_BACKINGS):
+    elif isinstance(backing, (_CD.RemotePassthroughBackingInfo, _CD.RemoteAtapiBackingInfo)):
         kind, file_name = MediumKind.CLIENT, None
-    elif isinstance(backing, _HOST_BACKINGS):
+    elif isinstance(backing, (_CD.AtapiBackingInfo, _CD.PassthroughBackingInfo)):
         kind, file_name = MediumKind.HOST, None
     else:
         kind, file_name = MediumKind.NONE, None

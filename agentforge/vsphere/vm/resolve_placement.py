@@ -27,9 +27,8 @@ from agentforge.vsphere.model.placement import (
 )
 from agentforge.vsphere.model.specs import NetworkTarget
 from agentforge.vsphere.session.vcenter_session import Session
-from agentforge.vsphere.vmomi import vim, vmodl
+from agentforge.vsphere.vmomi import PC, vim
 
-PC = vmodl.query.PropertyCollector
 SDRS_ENABLED = "podStorageDrsEntry.storageDrsConfig.podConfig.enabled"
 
 
@@ -69,7 +68,9 @@ async def inspect(
         ]
     inventory, pool, folder, host = await asyncio.gather(
         session.call(
-            lambda: props.retrieve(content, objects=[_datacenter_spec(dc)], props=_INVENTORY_PROPS),
+            lambda: props.retrieve(
+                content, objects=[_datacenter_spec(dc)], props=_inventory_props()
+            ),
             subject=f"datacenter {dc_name}",
             action="read inventory of",
         ),
@@ -359,13 +360,14 @@ def _datacenter_spec(dc: Any) -> Any:
     )
 
 
-_INVENTORY_PROPS: list[tuple[Any, list[str]]] = [
-    (vim.Datacenter, ["vmFolder"]),
-    (vim.Network, ["name"]),
-    (vim.dvs.DistributedVirtualPortgroup, ["name", "key", "config.distributedVirtualSwitch"]),
-    (vim.Datastore, ["name", "summary.accessible", "summary.freeSpace"]),
-    (vim.StoragePod, ["name", "childEntity", SDRS_ENABLED]),
-]
+def _inventory_props() -> list[tuple[Any, list[str]]]:
+    return [
+        (vim.Datacenter, ["vmFolder"]),
+        (vim.Network, ["name"]),
+        (vim.dvs.DistributedVirtualPortgroup, ["name", "key", "config.distributedVirtualSwitch"]),
+        (vim.Datastore, ["name", "summary.accessible", "summary.freeSpace"]),
+        (vim.StoragePod, ["name", "childEntity", SDRS_ENABLED]),
+    ]
 
 
 __all__ = [

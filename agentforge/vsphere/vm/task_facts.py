@@ -24,9 +24,8 @@ from agentforge.vsphere.model import errors
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks import waiter as tasks
 from agentforge.vsphere.vm import resolve_placement as placement
-from agentforge.vsphere.vmomi import vim, vmodl
+from agentforge.vsphere.vmomi import PC, vim
 
-PC = vmodl.query.PropertyCollector
 CREATE_VM = "Folder.createVm"  # TaskInfo.descriptionId of CreateVM_Task
 PATHS = ("info.state", "info.error", "info.result", "info.descriptionId")
 
