@@ -1,10 +1,10 @@
-"""The one typed record each cached object of a planned kind is parsed into, at cache time.
+"""The one typed record each cached object of a planned kind is parsed into, once per version.
 
 The informer keeps a trimmed dict per object for the reconcilers that write back,
 and, for the kinds the pool's planner reads (Agents, AgentMachines, Machines,
-VsphereAgents, InfraEnvs), a frozen record parsed once per object version by the
-parser named here (`PARSERS`, `parser`; the composition root hands it to each
-informer). Reconcilers read those records (`record`), never parse the cached dict
+VsphereAgents, InfraEnvs), a frozen record parsed once per object version, on
+its first read, by the parser named here (`PARSERS`, `parser`; the composition root
+hands it to each informer). Reconcilers read those records (`record`), never parse the cached dict
 again: the rules that decide a fact live in one place (`planning.snapshot`), and a
 record is read-only by type, so no reader can change the shared cache through it.
 

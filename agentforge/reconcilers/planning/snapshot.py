@@ -2,9 +2,9 @@
 
 A pool of 5,000 VMs must be planned in milliseconds, but parsing 5,000 Agents with
 their pydantic views costs a quarter of a second. So the pool controller turns each
-cached object into a slotted, frozen fact record once per resourceVersion, at cache
-time (the informer's parse hook, `reconcilers.common.records`), and the planner works
-on those records with dict lookups only.
+cached object into a slotted, frozen fact record once per resourceVersion, on its
+first read (the informer's parse hook, `reconcilers.common.records`), and the planner
+works on those records with dict lookups only.
 
 The rules that decide a fact ("is this Agent bound?", "does this AgentMachine
 wait?") stay in `agentforge.api.views`: the extractors here call the views, so the
