@@ -1,4 +1,8 @@
-"""Trim functions: what the informer cache keeps of each kind.
+"""Trim functions: what the informer cache keeps of each kind (and of any other,
+`trim_any`: whole, less `managedFields` and kubectl's last-applied annotation).
+
+A trim must keep `metadata.name`, `metadata.namespace`, `metadata.uid` and
+`metadata.resourceVersion`: the cache is keyed and versioned by them.
 
 An Agent as the API server returns it carries a hardware inventory of several KB,
 managedFields and validation info; the operator reads a few hundred bytes of it.
@@ -213,6 +217,17 @@ def _trimmer(spec: Keep) -> Trim:
         return kept
 
     return trim
+
+
+_trim_metadata: Final = _trimmer({"metadata": METADATA})
+
+
+def trim_any(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A kind without its own trim: every field but metadata kept whole (interned),
+    metadata as `METADATA` lists it (no `managedFields`, no last-applied annotation)."""
+    kept = {sys.intern(k): _compact(v) for k, v in obj.items() if k != "metadata"}
+    kept.update(_trim_metadata(obj))
+    return kept
 
 
 trim_agent: Final = _trimmer(AGENT)

@@ -14,8 +14,8 @@ The contract (client-go `tools/cache/reflector.go`, DESIGN.md "Informer"):
   forever, and so does a watch that ends empty within a second (a server or proxy
   closing streams at once must not be hammered); the backoff resets once a watch
   has been healthy for a while.
-* Each object passes through `transform` (default `trim.default_transform`) before
-  it is cached, so only trimmed dicts are kept.
+* Each object passes through `transform` (default `api.trim.trim_any`) before it
+  is cached, so only trimmed dicts are kept.
 * An optional `parse` hook turns a cached object into the record its readers use
   (`record(key)`), once per object version, on the first read: the sync path parses
   nothing (start-up pays for the list alone), and an object no reader asks for is
@@ -43,10 +43,10 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from agentforge.api.kinds import Kind
+from agentforge.api.trim import Trim, trim_any
 from agentforge.kube import errors
 from agentforge.kube.delta import Change, ChangeType, Relist, apply_delete, apply_upsert
 from agentforge.kube.store import IndexFunc, ObjectKey, Store, key_for
-from agentforge.kube.trim import Transform, default_transform
 from agentforge.kube.watch import EventType, WatchEvent
 from agentforge.ratelimit import Backoff
 
@@ -126,7 +126,7 @@ class Informer:
         namespaces: Sequence[str] | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        transform: Transform | None = None,
+        transform: Trim = trim_any,
         parse: Callable[[JsonObj], object] | None = None,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
@@ -141,7 +141,7 @@ class Informer:
         self._namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self._label_selector = label_selector
         self._field_selector = field_selector
-        self._transform = transform or default_transform
+        self._transform = transform
         self._parse = parse
         self._records: dict[ObjectKey, object] = {}
         self._page_size = page_size

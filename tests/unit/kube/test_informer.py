@@ -196,7 +196,7 @@ async def test_objects_are_transformed_before_they_are_cached_and_handed_out() -
     assert rec == [cached]
 
 
-async def test_default_transform_drops_managed_fields() -> None:
+async def test_the_default_transform_drops_managed_fields() -> None:
     api = FakeApi()
     api.put(obj("a", "1", metadata={"managedFields": [{"m": 1}]}))
     inf = make(api)
