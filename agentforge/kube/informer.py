@@ -58,7 +58,13 @@ JsonObj = dict[str, Any]
 
 _SHORT_WATCH = 1.0  # seconds: an empty watch ending sooner counts as a failure
 _UNREAD: Any = object()  # no record parsed yet for this version
-_REJECTED: Any = object()  # the parser rejected this version (logged once)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejected:
+    """The parser rejected this version (logged once)."""
+
+    error: Exception
 
 
 class _Page(Protocol):
@@ -191,7 +197,13 @@ class Informer:
             if obj is None or self._parse is None:
                 return None
             found = self._records[key] = self._parsed(key, obj)
-        return None if found is _REJECTED else found
+        return None if isinstance(found, _Rejected) else found
+
+    def rejection(self, key: ObjectKey) -> Exception | None:
+        """Why the parser rejected the cached object `key` (None when it did not)."""
+        self.record(key)
+        found = self._records.get(key)
+        return found.error if isinstance(found, _Rejected) else None
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
         self.store.add_index(name, fn)
@@ -369,7 +381,7 @@ class Informer:
                 obj["metadata"].get("resourceVersion", ""),
                 exc,
             )
-            return _REJECTED
+            return _Rejected(exc)
 
     def _call(self, fn: Callable[..., None], *args: JsonObj) -> None:
         try:

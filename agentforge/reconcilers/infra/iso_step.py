@@ -44,7 +44,7 @@ from agentforge.api.pool import ISOStatus, VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube.events import EventType
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common import indexes, pool_specs, records
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_cache, iso_prune
 
@@ -305,13 +305,9 @@ def _kept_by_other_pools(pool: VsphereAgentPool, pools: Informer) -> set[str]:
     """Paths other pools caching into the same datastore folder still name."""
     prefix = pool.effective_path_prefix()
     kept: set[str] = set()
-    for raw in pools.list():
-        meta = raw.get("metadata") or {}
-        if meta.get("uid") == pool.metadata.uid:
-            continue
-        try:
-            other = VsphereAgentPool.model_validate(raw)
-        except ValueError:
+    for key in pools.keys(namespace=None):  # every namespace
+        other = records.record(pools, key, VsphereAgentPool)
+        if other is None or other.metadata.uid == pool.metadata.uid:
             continue
         same = (
             other.spec.vsphere.iso_datastore == pool.spec.vsphere.iso_datastore

@@ -63,7 +63,7 @@ from agentforge.credentials.secret_rules import (
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import domains, indexes, pool_specs
+from agentforge.reconcilers.common import domains, indexes, pool_specs, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_step as infra_iso
@@ -120,7 +120,9 @@ class InfraReconciler:
             self._generations.pop(key, None)
             self.waits.track(key, None)
             return None
-        pool = VsphereAgentPool.model_validate(obj)
+        pool = records.record(self._pools, key, VsphereAgentPool)
+        if pool is None:
+            return None  # unreadable: the pool controller says what is wrong with it
         now = self._deps.now()
         outcome = infra_iso.Outcome()
         pending: vsphere.LoginPending | None = None

@@ -327,6 +327,8 @@ async def test_a_parse_hook_keeps_one_record_per_cached_object_current() -> None
     assert inf.record(key_gone) is None
     assert inf.get(namespace="ns", name="bad") is not None
     assert inf.record(key_bad) is None
+    assert str(inf.rejection(key_bad)) == "unreadable"
+    assert inf.rejection(key_a) is None
 
 
 async def test_the_sync_parses_nothing_until_a_record_is_read() -> None:
