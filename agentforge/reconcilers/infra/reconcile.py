@@ -114,15 +114,14 @@ class InfraReconciler:
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._pools.get_by_key(key)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        pool = records.record(self._pools, key, VsphereAgentPool)
+        # gone, going, or unreadable (the pool controller says what is wrong with it)
+        if obj is None or pool is None or pool.metadata.deleting:
             self.gate.forget(key)
             self._iso.forget(key)
             self._generations.pop(key, None)
             self.waits.track(key, None)
             return None
-        pool = records.record(self._pools, key, VsphereAgentPool)
-        if pool is None:
-            return None  # unreadable: the pool controller says what is wrong with it
         now = self._deps.now()
         outcome = infra_iso.Outcome()
         pending: vsphere.LoginPending | None = None
