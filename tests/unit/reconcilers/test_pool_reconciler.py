@@ -320,6 +320,21 @@ async def test_the_pool_is_parsed_once_per_resource_version() -> None:
     assert second.spec.agent.approve is changed["spec"]["agent"]["approve"]
 
 
+async def test_an_unreadable_pool_gets_a_warning_saying_why_and_nothing_else() -> None:
+    h = world()
+    broken = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
+    assert broken is not None
+    broken["spec"]["nodePoolRef"] = "not-a-reference"
+    broken["metadata"]["resourceVersion"] = "9999"
+    h.sync()
+    calls = len(h.api.calls)
+    assert await reconcile(h) is None
+    (event,) = [e for e in h.events.events if e.reason == "InvalidPool"]
+    assert event.type == "Warning"
+    assert "1 errors, first: " in event.message
+    assert h.api.calls[calls:] == []
+
+
 def _released_with_pool_labels() -> Harness:
     """A Released VM whose Machine is gone; its Agent, unbound, still carries the pool's
     labels (an AgentMachine of the pool could bind it)."""
