@@ -21,7 +21,6 @@ from agentforge import vsphere
 from agentforge.api import kinds, rbac
 from agentforge.api import trim as api_trim
 from agentforge.kube import leader
-from agentforge.kube import trim as kube_trim
 from agentforge.kube.client import KubeClient
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers.common import records
@@ -95,14 +94,11 @@ def iso_access(settings: Settings, environ: Mapping[str, str]) -> vsphere.IsoAcc
     )
 
 
-def cache_transform(kind: kinds.Kind) -> kube_trim.Transform:
+def cache_transform(kind: kinds.Kind) -> api_trim.Trim:
     """What the informer of `kind` keeps of each object: the kind's trim (which interns
     keys and short strings and shares repeated small mappings, see `api.trim`; nothing
-    may copy its output again), else the default transform."""
-    trim = api_trim.BY_KIND.get(kind)
-    if trim is None:
-        return kube_trim.default_transform
-    return trim
+    may copy its output again), else `trim_any`."""
+    return api_trim.BY_KIND.get(kind, api_trim.trim_any)
 
 
 def informers(settings: Settings, client: KubeClient) -> dict[kinds.Kind, Informer]:

@@ -355,11 +355,6 @@ def get_condition(status: Mapping[str, Any] | None, /, *, type: str) -> dict[str
     return None
 
 
-def is_true(status: Mapping[str, Any] | None, /, *, type: str) -> bool:
-    condition = get_condition(status, type=type)
-    return condition is not None and condition.get("status") == ConditionStatus.TRUE
-
-
 def set_condition(
     status: dict[str, Any],
     /,

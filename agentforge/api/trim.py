@@ -1,4 +1,8 @@
-"""Trim functions: what the informer cache keeps of each kind.
+"""Trim functions: what the informer cache keeps of each kind (and of any other,
+`trim_any`: whole, less `managedFields` and kubectl's last-applied annotation).
+
+A trim must keep `metadata.name`, `metadata.namespace`, `metadata.uid` and
+`metadata.resourceVersion`: the cache is keyed and versioned by them.
 
 An Agent as the API server returns it carries a hardware inventory of several KB,
 managedFields and validation info; the operator reads a few hundred bytes of it.
@@ -171,36 +175,53 @@ def _share(kept: Any) -> Any:
     return kept
 
 
-def keep(value: Any, spec: Keep) -> Any:
-    """`value` reduced to what `spec` lists (see `Keep`), with strings interned;
-    None when nothing is kept."""
+def compile_keep(spec: Keep) -> Callable[[Any], Any]:
+    """The function that reduces a value to what `spec` lists (see `Keep`), with
+    strings interned; it returns None when nothing is kept. The spec is read once, here,
+    not again for every cached object (the trims run on the sync path)."""
     if isinstance(spec, Shared):
-        kept = keep(value, spec.spec)
-        if spec.without and isinstance(kept, dict) and not spec.without.isdisjoint(kept):
-            kept = {k: v for k, v in kept.items() if k not in spec.without}
-        return None if kept is None else _share(kept)
+        inner, without = compile_keep(spec.spec), spec.without
+
+        def shared(value: Any) -> Any:
+            kept = inner(value)
+            if without and isinstance(kept, dict) and not without.isdisjoint(kept):
+                kept = {k: v for k, v in kept.items() if k not in without}
+            return None if kept is None else _share(kept)
+
+        return shared
     if spec is True:
-        return _compact(value)
+        return _compact
     if isinstance(spec, list):
-        if not isinstance(value, list):
-            return None
-        return [keep(item, spec[0]) for item in value]
+        item = compile_keep(spec[0])
+        return lambda value: [item(v) for v in value] if isinstance(value, list) else None
     if isinstance(spec, Mapping):
-        if not isinstance(value, Mapping):
-            return None
-        kept = {}
-        for key, sub in spec.items():
-            if key in value:
-                trimmed = keep(value[key], sub)
-                if trimmed is not None:
-                    kept[sys.intern(key)] = trimmed
-        return kept
-    return None
+        fields = tuple((sys.intern(key), compile_keep(sub)) for key, sub in spec.items())
+
+        def mapping(value: Any) -> Any:
+            if not isinstance(value, Mapping):
+                return None
+            kept = {}
+            for key, sub in fields:
+                if key in value:
+                    trimmed = sub(value[key])
+                    if trimmed is not None:
+                        kept[key] = trimmed
+            return kept
+
+        return mapping
+    return lambda value: None
+
+
+def keep(value: Any, spec: Keep) -> Any:
+    """`value` reduced to what `spec` lists (`compile_keep`, for a spec used once)."""
+    return compile_keep(spec)(value)
 
 
 def _trimmer(spec: Keep) -> Trim:
+    kept_of = compile_keep(spec)
+
     def trim(obj: Mapping[str, Any]) -> dict[str, Any]:
-        kept: dict[str, Any] = keep(obj, spec) or {}
+        kept: dict[str, Any] = kept_of(obj) or {}
         metadata = kept.get("metadata", {})
         annotations = metadata.get("annotations")
         if annotations is not None:
@@ -213,6 +234,17 @@ def _trimmer(spec: Keep) -> Trim:
         return kept
 
     return trim
+
+
+_trim_metadata: Final = _trimmer({"metadata": METADATA})
+
+
+def trim_any(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A kind without its own trim: every field but metadata kept whole (interned),
+    metadata as `METADATA` lists it (no `managedFields`, no last-applied annotation)."""
+    kept = {sys.intern(k): _compact(v) for k, v in obj.items() if k != "metadata"}
+    kept.update(_trim_metadata(obj))
+    return kept
 
 
 trim_agent: Final = _trimmer(AGENT)

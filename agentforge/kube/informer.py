@@ -14,13 +14,15 @@ The contract (client-go `tools/cache/reflector.go`, DESIGN.md "Informer"):
   forever, and so does a watch that ends empty within a second (a server or proxy
   closing streams at once must not be hammered); the backoff resets once a watch
   has been healthy for a while.
-* Each object passes through `transform` (default `trim.default_transform`) before
-  it is cached, so only trimmed dicts are kept.
-* An optional `parse` hook turns each cached object, once, at cache time, into the
-  record its readers use (`record(key)`); the record is replaced when the object
-  changes and dropped when it goes, before handlers run. The informer knows nothing
-  of the kinds: the composition root supplies each kind's parser. An object the
-  parser rejects is logged once per version and has no record (it stays cached).
+* Each object passes through `transform` (default `api.trim.trim_any`) before it
+  is cached, so only trimmed dicts are kept.
+* An optional `parse` hook turns a cached object into the record its readers use
+  (`record(key)`), once per object version, on the first read: the sync path parses
+  nothing (start-up pays for the list alone), and an object no reader asks for is
+  never parsed. A change drops the record before handlers run, so a handler reads
+  the new version's. The informer knows nothing of the kinds: the composition root
+  supplies each kind's parser. An object the parser rejects is logged once per
+  version and has no record (it stays cached).
 * Handlers run synchronously on the informer's task, in event order, after the
   cache is updated; they should only enqueue. A handler that raises is logged and
   does not stop the informer. A handler added late first receives ADDED for every
@@ -41,10 +43,10 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from agentforge.api.kinds import Kind
+from agentforge.api.trim import Trim, trim_any
 from agentforge.kube import errors
 from agentforge.kube.delta import Change, ChangeType, Relist, apply_delete, apply_upsert
 from agentforge.kube.store import IndexFunc, ObjectKey, Store, key_for
-from agentforge.kube.trim import Transform, default_transform
 from agentforge.kube.watch import EventType, WatchEvent
 from agentforge.ratelimit import Backoff
 
@@ -55,6 +57,14 @@ log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
 
 _SHORT_WATCH = 1.0  # seconds: an empty watch ending sooner counts as a failure
+_UNREAD: Any = object()  # no record parsed yet for this version
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejected:
+    """The parser rejected this version (logged once)."""
+
+    error: Exception
 
 
 class _Page(Protocol):
@@ -122,7 +132,7 @@ class Informer:
         namespaces: Sequence[str] | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        transform: Transform | None = None,
+        transform: Trim = trim_any,
         parse: Callable[[JsonObj], object] | None = None,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
@@ -137,7 +147,7 @@ class Informer:
         self._namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self._label_selector = label_selector
         self._field_selector = field_selector
-        self._transform = transform or default_transform
+        self._transform = transform
         self._parse = parse
         self._records: dict[ObjectKey, object] = {}
         self._page_size = page_size
@@ -179,8 +189,21 @@ class Informer:
 
     def record(self, key: ObjectKey) -> object | None:
         """The parsed record of the cached object `key` (None without a parser, for an
-        unknown key, or when the parser rejected the object)."""
-        return self._records.get(key)
+        unknown key, or when the parser rejected the object); parsed on the first read
+        of each version."""
+        found = self._records.get(key, _UNREAD)
+        if found is _UNREAD:
+            obj = self.store.get(key)
+            if obj is None or self._parse is None:
+                return None
+            found = self._records[key] = self._parsed(key, obj)
+        return None if isinstance(found, _Rejected) else found
+
+    def rejection(self, key: ObjectKey) -> Exception | None:
+        """Why the parser rejected the cached object `key` (None when it did not)."""
+        self.record(key)
+        found = self._records.get(key)
+        return found.error if isinstance(found, _Rejected) else None
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
         self.store.add_index(name, fn)
@@ -335,8 +358,7 @@ class Informer:
 
     def _dispatch(self, changes: builtins.list[Change]) -> None:
         for change in changes:
-            if self._parse is not None:
-                self._keep_record(change)
+            self._records.pop(change.key, None)
             for handler in self._handlers:
                 if change.type is ChangeType.ADDED and handler.on_add is not None:
                     self._call(handler.on_add, change.object)
@@ -347,24 +369,19 @@ class Informer:
                 elif change.type is ChangeType.DELETED and handler.on_delete is not None:
                     self._call(handler.on_delete, change.object)
 
-    def _keep_record(self, change: Change) -> None:
+    def _parsed(self, key: ObjectKey, obj: JsonObj) -> object:
         assert self._parse is not None
-        if change.type is ChangeType.DELETED:
-            self._records.pop(change.key, None)
-            return
-        obj = change.object
         try:
-            self._records[change.key] = self._parse(obj)
+            return self._parse(obj)
         except Exception as exc:  # noqa: BLE001 - one odd object must not stop the cache
-            self._records.pop(change.key, None)
-            version = obj["metadata"].get("resourceVersion", "")
             log.warning(
                 "%s %s (resourceVersion %s) cannot be read and is ignored: %s",
                 self.kind.kind,
-                change.key,
-                version,
+                key,
+                obj["metadata"].get("resourceVersion", ""),
                 exc,
             )
+            return _Rejected(exc)
 
     def _call(self, fn: Callable[..., None], *args: JsonObj) -> None:
         try:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agentforge import identity
-from agentforge.api import kinds, names
+from agentforge.api import kinds, names, wire
 from agentforge.api.views import parse_node_pool_annotation
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import IndexFunc
@@ -52,19 +52,6 @@ VSPHERE_AGENTS_BY_IDENTITY: Final = "agent-forge/vsphere-agents-by-identity"
 JsonObj = dict[str, Any]
 
 
-def _get(obj: Mapping[str, Any], *path: str) -> Any:
-    value: Any = obj
-    for part in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 # --- keys --------------------------------------------------------------------------------
 
 
@@ -74,9 +61,9 @@ def node_pool_key(*, control_plane_namespace: str, node_pool_namespace: str, nod
 
 def pool_node_pool_key(pool: Mapping[str, Any]) -> str | None:
     """The `BY_NODE_POOL` key of the AgentMachines and Machines `pool` serves."""
-    cpns = _str(_get(pool, "spec", "controlPlaneNamespace"))
-    namespace = _str(_get(pool, "metadata", "namespace"))
-    node_pool = _str(_get(pool, "spec", "nodePoolRef", "name"))
+    cpns = wire.text(wire.get(pool, "spec", "controlPlaneNamespace"))
+    namespace = wire.text(wire.get(pool, "metadata", "namespace"))
+    node_pool = wire.text(wire.get(pool, "spec", "nodePoolRef", "name"))
     if not (cpns and namespace and node_pool):
         return None
     return node_pool_key(
@@ -86,8 +73,8 @@ def pool_node_pool_key(pool: Mapping[str, Any]) -> str | None:
 
 def control_plane_object_key(obj: Mapping[str, Any]) -> str | None:
     """The `BY_NODE_POOL` key of an AgentMachine or Machine (None without annotation)."""
-    namespace = _str(_get(obj, "metadata", "namespace"))
-    annotation = _get(obj, "metadata", "annotations", names.ANNOTATION_NODEPOOL)
+    namespace = wire.text(wire.get(obj, "metadata", "namespace"))
+    annotation = wire.get(obj, "metadata", "annotations", names.ANNOTATION_NODEPOOL)
     parsed = parse_node_pool_annotation(annotation if isinstance(annotation, str) else None)
     if not namespace or parsed is None:
         return None
@@ -106,10 +93,10 @@ def infra_env_of_agent(agent: Mapping[str, Any]) -> str | None:
     """The InfraEnv that registered an Agent: its label, else an ownerReference to an
     InfraEnv (kind and API group; an ownerReference is always to an object of the
     Agent's namespace, which the index key adds)."""
-    label = _str(_get(agent, "metadata", "labels", names.LABEL_INFRAENV))
+    label = wire.text(wire.get(agent, "metadata", "labels", names.LABEL_INFRAENV))
     if label:
         return label
-    owners = _get(agent, "metadata", "ownerReferences")
+    owners = wire.get(agent, "metadata", "ownerReferences")
     if isinstance(owners, list):
         for owner in owners:
             if (
@@ -117,7 +104,7 @@ def infra_env_of_agent(agent: Mapping[str, Any]) -> str | None:
                 and owner.get("kind") == kinds.INFRA_ENV.kind
                 and str(owner.get("apiVersion", "")).partition("/")[0] == kinds.INFRA_ENV.group
             ):
-                name = _str(owner.get("name"))
+                name = wire.text(owner.get("name"))
                 if name:
                     return name
     return None
@@ -126,8 +113,8 @@ def infra_env_of_agent(agent: Mapping[str, Any]) -> str | None:
 def pools_of_vsphere_agent(va: Mapping[str, Any]) -> tuple[str, ...]:
     """The pool names a VsphereAgent names (label and spec.poolRef; usually one)."""
     found = (
-        _str(_get(va, "metadata", "labels", names.LABEL_POOL)),
-        _str(_get(va, "spec", "poolRef", "name")),
+        wire.text(wire.get(va, "metadata", "labels", names.LABEL_POOL)),
+        wire.text(wire.get(va, "spec", "poolRef", "name")),
     )
     return tuple(dict.fromkeys(p for p in found if p))
 
@@ -144,8 +131,8 @@ def _pools_by_node_pool(pool: JsonObj) -> Iterable[str]:
 
 
 def _pools_by_infra_env(pool: JsonObj) -> Iterable[str]:
-    namespace = _str(_get(pool, "metadata", "namespace"))
-    infra_env = _str(_get(pool, "spec", "infraEnvRef", "name"))
+    namespace = wire.text(wire.get(pool, "metadata", "namespace"))
+    infra_env = wire.text(wire.get(pool, "spec", "infraEnvRef", "name"))
     return _one(namespaced_key(namespace, infra_env) if namespace and infra_env else None)
 
 
@@ -154,36 +141,36 @@ def _by_node_pool(obj: JsonObj) -> Iterable[str]:
 
 
 def _agents_by_infra_env(agent: JsonObj) -> Iterable[str]:
-    namespace = _str(_get(agent, "metadata", "namespace"))
+    namespace = wire.text(wire.get(agent, "metadata", "namespace"))
     infra_env = infra_env_of_agent(agent)
     return _one(namespaced_key(namespace, infra_env) if namespace and infra_env else None)
 
 
 def _vsphere_agents_by_pool(va: JsonObj) -> Iterable[str]:
-    namespace = _str(_get(va, "metadata", "namespace"))
+    namespace = wire.text(wire.get(va, "metadata", "namespace"))
     if not namespace:
         return ()
     return tuple(namespaced_key(namespace, pool) for pool in pools_of_vsphere_agent(va))
 
 
 def _vsphere_agents_by_agent(va: JsonObj) -> Iterable[str]:
-    namespace = _str(_get(va, "metadata", "namespace"))
-    agent = _str(_get(va, "status", "vm", "agentRef", "name"))
+    namespace = wire.text(wire.get(va, "metadata", "namespace"))
+    agent = wire.text(wire.get(va, "status", "vm", "agentRef", "name"))
     return _one(namespaced_key(namespace, agent) if namespace and agent else None)
 
 
 def agent_identity_keys(agent: Mapping[str, Any]) -> tuple[str, ...]:
     """The BIOS UUID an Agent reports (from a VMware SMBIOS serial), else its MACs."""
-    inventory = _get(agent, "status", "inventory")
-    serial = _get(inventory, "systemVendor", "serialNumber")
+    inventory = wire.get(agent, "status", "inventory")
+    serial = wire.get(inventory, "systemVendor", "serialNumber")
     bios_uuid = identity.bios_uuid_from_serial(serial if isinstance(serial, str) else None)
     if bios_uuid:
         return (bios_uuid,)
     keys: list[str] = []
-    interfaces = _get(inventory, "interfaces")
+    interfaces = wire.get(inventory, "interfaces")
     if isinstance(interfaces, list):
         for interface in interfaces:
-            raw = _get(interface, "macAddress")
+            raw = wire.get(interface, "macAddress")
             mac = identity.normalize_mac(raw if isinstance(raw, str) else None)
             if mac and mac not in keys:
                 keys.append(mac)
@@ -192,8 +179,8 @@ def agent_identity_keys(agent: Mapping[str, Any]) -> tuple[str, ...]:
 
 def vsphere_agent_identity_keys(va: Mapping[str, Any]) -> tuple[str, ...]:
     """The BIOS UUID and MAC recorded for a VsphereAgent's VM (`status.vm`)."""
-    recorded_uuid = _get(va, "status", "vm", "biosUUID")
-    recorded_mac = _get(va, "status", "vm", "macAddress")
+    recorded_uuid = wire.get(va, "status", "vm", "biosUUID")
+    recorded_mac = wire.get(va, "status", "vm", "macAddress")
     found = (
         identity.normalize_uuid(recorded_uuid if isinstance(recorded_uuid, str) else None),
         identity.normalize_mac(recorded_mac if isinstance(recorded_mac, str) else None),

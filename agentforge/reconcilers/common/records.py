@@ -1,12 +1,14 @@
-"""The one typed record each cached object of a planned kind is parsed into, at cache time.
+"""The one typed record each cached object of a parsed kind is parsed into, once per version.
 
 The informer keeps a trimmed dict per object for the reconcilers that write back,
-and, for the kinds the pool's planner reads (Agents, AgentMachines, Machines,
-VsphereAgents, InfraEnvs), a frozen record parsed once per object version by the
-parser named here (`PARSERS`, `parser`; the composition root hands it to each
-informer). Reconcilers read those records (`record`), never parse the cached dict
-again: the rules that decide a fact live in one place (`planning.snapshot`), and a
-record is read-only by type, so no reader can change the shared cache through it.
+and, for the kinds the reconcilers read (VsphereAgentPools as their model; Agents,
+AgentMachines, Machines, VsphereAgents and InfraEnvs as planner facts), a record
+parsed once per object version, on its first read, by the parser named here
+(`PARSERS`, `parser`; the composition root hands it to each informer). Reconcilers
+read those records (`record`), never parse the cached dict again: the rules that
+decide a fact live in one place (`planning.snapshot`), and a record is read-only
+(facts by type; a pool's model by convention: `model_copy` it to change it), so no
+reader can change the shared cache through it.
 
 An object its parser rejects is logged by the informer once per version and has no
 record; readers skip it as if it were not cached (one odd object never stops a plan).
@@ -18,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from agentforge.api import kinds
+from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.snapshot import (
@@ -34,6 +37,7 @@ Parser = Callable[[dict[str, Any]], object]
 R = TypeVar("R")
 
 PARSERS: Mapping[kinds.Kind, Parser] = {
+    kinds.VSPHERE_AGENT_POOL: VsphereAgentPool.model_validate,
     kinds.AGENT: agent_facts,
     kinds.AGENT_MACHINE: agent_machine_facts,
     kinds.MACHINE: machine_facts,

@@ -38,15 +38,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agentforge import redaction, vsphere
-from agentforge.api import fields, names, views
+from agentforge.api import fields, names
 from agentforge.api.conditions import PoolConditionType, PoolReason
 from agentforge.api.pool import ISOStatus, VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube.events import EventType
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.kube.store import key_for
+from agentforge.reconcilers.common import indexes, pool_specs, records
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_cache, iso_prune
+from agentforge.reconcilers.planning.snapshot import InfraEnvFacts
 
 __all__ = ["Cond", "IsoInputs", "Outcome", "SourceBackoff", "check_iso"]
 
@@ -164,15 +166,15 @@ async def check_iso(
     now: datetime,
 ) -> None:
     ns, ref = pool.metadata.namespace, pool.spec.infra_env_ref.name
-    raw = inputs.infra_envs.get(namespace=ns, name=ref)
-    if raw is None:
+    infra_env = records.record(inputs.infra_envs, key_for(namespace=ns, name=ref), InfraEnvFacts)
+    if infra_env is None:
         _waiting(
             outcome,
             InfraEvent.INFRA_ENV_NOT_FOUND,
             f"InfraEnv {ns}/{ref} not found: create it or fix spec.infraEnvRef.name",
         )
         return
-    url = views.InfraEnv.model_validate(raw).iso_download_url
+    url = infra_env.iso_url
     if not url:
         _waiting(
             outcome,
@@ -305,13 +307,9 @@ def _kept_by_other_pools(pool: VsphereAgentPool, pools: Informer) -> set[str]:
     """Paths other pools caching into the same datastore folder still name."""
     prefix = pool.effective_path_prefix()
     kept: set[str] = set()
-    for raw in pools.list():
-        meta = raw.get("metadata") or {}
-        if meta.get("uid") == pool.metadata.uid:
-            continue
-        try:
-            other = VsphereAgentPool.model_validate(raw)
-        except ValueError:
+    for key in pools.keys(namespace=None):  # every namespace
+        other = records.record(pools, key, VsphereAgentPool)
+        if other is None or other.metadata.uid == pool.metadata.uid:
             continue
         same = (
             other.spec.vsphere.iso_datastore == pool.spec.vsphere.iso_datastore

@@ -63,7 +63,7 @@ from agentforge.credentials.secret_rules import (
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import domains, indexes, pool_specs
+from agentforge.reconcilers.common import domains, indexes, pool_specs, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_step as infra_iso
@@ -114,13 +114,14 @@ class InfraReconciler:
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._pools.get_by_key(key)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        pool = records.record(self._pools, key, VsphereAgentPool)
+        # gone, going, or unreadable (the pool controller says what is wrong with it)
+        if obj is None or pool is None or pool.metadata.deleting:
             self.gate.forget(key)
             self._iso.forget(key)
             self._generations.pop(key, None)
             self.waits.track(key, None)
             return None
-        pool = VsphereAgentPool.model_validate(obj)
         now = self._deps.now()
         outcome = infra_iso.Outcome()
         pending: vsphere.LoginPending | None = None

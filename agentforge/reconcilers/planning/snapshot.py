@@ -2,9 +2,9 @@
 
 A pool of 5,000 VMs must be planned in milliseconds, but parsing 5,000 Agents with
 their pydantic views costs a quarter of a second. So the pool controller turns each
-cached object into a slotted, frozen fact record once per resourceVersion, at cache
-time (the informer's parse hook, `reconcilers.common.records`), and the planner works
-on those records with dict lookups only.
+cached object into a slotted, frozen fact record once per resourceVersion, on its
+first read (the informer's parse hook, `reconcilers.common.records`), and the planner
+works on those records with dict lookups only.
 
 The rules that decide a fact ("is this Agent bound?", "does this AgentMachine
 wait?") stay in `agentforge.api.views`: the extractors here call the views, so the
@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from agentforge import identity
-from agentforge.api import kinds, names, views
+from agentforge.api import kinds, names, views, wire
 from agentforge.api.conditions import ISOEjectedReason, VsphereAgentConditionType
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase
@@ -192,14 +192,14 @@ def handover_facts(value: object) -> HandoverFacts | None:
     """The record as written; an unreadable one counts as none (the planner decides anew)."""
     if not isinstance(value, Mapping):
         return None
-    from_ = _str(value.get("fromAgentMachine"))
+    from_ = wire.text(value.get("fromAgentMachine"))
     since = parse_time(value.get("since"))
     if from_ is None or since is None:
         return None
     return HandoverFacts(
         from_=from_,
-        to=_str(value.get("toAgentMachine")),
-        to_uid=_str(value.get("toAgentMachineUID")),
+        to=wire.text(value.get("toAgentMachine")),
+        to_uid=wire.text(value.get("toAgentMachineUID")),
         since=since,
     )
 
@@ -281,27 +281,11 @@ def parse_time(value: object) -> datetime | None:
     return None
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _ref_name(value: object) -> str | None:
-    return _str(value.get("name")) if isinstance(value, Mapping) else None
-
-
-def _ref_namespace(value: object) -> str | None:
-    return _str(value.get("namespace")) if isinstance(value, Mapping) else None
-
-
-def _ref_uid(value: object) -> str | None:
-    return _str(value.get("uid")) if isinstance(value, Mapping) else None
-
-
 def _local_ref_name(value: object, *, namespace: str) -> str | None:
     """A recorded reference's name when it names an object of `namespace` (or names no
     namespace, which means that one)."""
-    other = _ref_namespace(value)
-    return _ref_name(value) if other in (None, namespace) else None
+    other = wire.text(wire.get(value, "namespace"))
+    return wire.text(wire.get(value, "name")) if other in (None, namespace) else None
 
 
 def _pool_owner_uid(meta: Mapping[str, Any]) -> str | None:
@@ -314,7 +298,7 @@ def _pool_owner_uid(meta: Mapping[str, Any]) -> str | None:
         and str(ref.get("apiVersion", "")).partition("/")[0] == kinds.VSPHERE_AGENT_POOL.group
     ]
     owners.sort(key=lambda ref: not ref.get("controller"))
-    return _str(owners[0].get("uid")) if owners else None
+    return wire.text(owners[0].get("uid")) if owners else None
 
 
 def _enum(enum: type[_E], value: object) -> _E | None:
@@ -349,19 +333,22 @@ def vsphere_agent_facts(obj: JsonObj) -> VsphereAgentFacts:
     return VsphereAgentFacts(
         name=name,
         uid=str(meta.get("uid", "")),
-        pool=_str(labels.get(names.LABEL_POOL)) or _ref_name(spec.get("poolRef")),
+        pool=wire.text(labels.get(names.LABEL_POOL))
+        or wire.text(wire.get(spec, "poolRef", "name")),
         deleting=meta.get("deletionTimestamp") is not None,
-        created_for=_str(labels.get(names.LABEL_CREATED_FOR)),
-        agent_machine=_str(labels.get(names.LABEL_AGENT_MACHINE)),
-        vm_name=_str(vm.get("name")) or _str(annotations.get(names.ANNOTATION_VM_NAME)) or name,
-        bios_uuid=identity.normalize_uuid(_str(vm.get("biosUUID"))),
-        mac=identity.normalize_mac(_str(vm.get("macAddress"))),
+        created_for=wire.text(labels.get(names.LABEL_CREATED_FOR)),
+        agent_machine=wire.text(labels.get(names.LABEL_AGENT_MACHINE)),
+        vm_name=wire.text(vm.get("name"))
+        or wire.text(annotations.get(names.ANNOTATION_VM_NAME))
+        or name,
+        bios_uuid=identity.normalize_uuid(wire.text(vm.get("biosUUID"))),
+        mac=identity.normalize_mac(wire.text(vm.get("macAddress"))),
         phase=_enum(VMPhase, vm.get("phase")),
-        reason=_str(vm.get("reason")),
+        reason=wire.text(vm.get("reason")),
         agent_ref=_local_ref_name(vm.get("agentRef"), namespace=namespace),
-        machine_ref=_ref_name(vm.get("machineRef")),
-        machine_ref_namespace=_ref_namespace(vm.get("machineRef")),
-        machine_ref_uid=_ref_uid(vm.get("machineRef")),
+        machine_ref=wire.text(wire.get(vm, "machineRef", "name")),
+        machine_ref_namespace=wire.text(wire.get(vm, "machineRef", "namespace")),
+        machine_ref_uid=wire.text(wire.get(vm, "machineRef", "uid")),
         last_transition=parse_time(vm.get("lastTransitionTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         ready_since=ready_since,

@@ -4,8 +4,8 @@ Everything a plan needs is found by index (`indexes`): the AgentMachines and
 Machines of the pool's nodePool, the Agents of its InfraEnv, its VsphereAgents,
 other pools' VsphereAgents in the namespace (their claims), the InfraEnv, and other
 live pools serving the same nodePool. Objects become planner facts once per version,
-at cache time (the informers' records, `reconcilers/common/records.py`), so a
-reconcile of a pool of thousands of VMs parses nothing.
+on their first read (the informers' records, `reconcilers/common/records.py`), so a
+reconcile of a pool of thousands of VMs parses only what changed.
 
 Other pools' claims need every VsphereAgent of the namespace: they are derived once
 per version of the VsphereAgent cache (`Informer.revision`) and kept until it

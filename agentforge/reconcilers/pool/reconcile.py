@@ -55,7 +55,7 @@ from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result, resource_version
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey, split_key
-from agentforge.reconcilers.common import indexes
+from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.planning import planner, pool_conditions
 from agentforge.reconcilers.pool import apply as pool_apply
@@ -104,7 +104,6 @@ class PoolReconciler:
         )
         self._planned = plan_reports.PlannedReports()
         self._prepared = plan_reports.PreparedReports()
-        self._parsed: dict[ObjectKey, tuple[str, VsphereAgentPool]] = {}
         self._wrote: Callable[[ObjectKey, str], None] | None = None
 
     def bind(self, wrote: Callable[[ObjectKey, str], None]) -> None:
@@ -129,17 +128,20 @@ class PoolReconciler:
             self._pacer.forget(key)
             self._planned.forget(key)
             self._prepared.forget(key)
-            self._parsed.pop(key, None)
             return None
-        try:
-            pool = self._parse(key, obj)
-        except ValidationError as exc:
+        pool = records.record(self._pools, key, VsphereAgentPool)
+        if pool is None:
+            exc = self._pools.rejection(key)
+            why = (
+                f"{exc.error_count()} errors, first: {exc.errors()[0]['msg']}"
+                if isinstance(exc, ValidationError)
+                else str(exc)
+            )
             await self._deps.events.record(
                 obj,
                 type=EventType.WARNING,
                 reason=PoolEvent.INVALID_POOL,
-                message=f"VsphereAgentPool {key} cannot be read ({exc.error_count()} errors, "
-                f"first: {exc.errors()[0]['msg']}); fix its spec",
+                message=f"VsphereAgentPool {key} cannot be read ({why}); fix its spec",
             )
             return None
         now = self._deps.now()
@@ -213,19 +215,6 @@ class PoolReconciler:
         if plan.wake_at is not None:
             afters.append((plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
         return Result(requeue_after=min(afters)) if afters else None
-
-    def _parse(self, key: ObjectKey, obj: JsonObj) -> VsphereAgentPool:
-        """The pool's model, parsed once per resourceVersion: a burst replans a pool
-        many times between two of its writes, and validating the whole object (its
-        `status.ownedVMs` grows with the pool) was a seventh of each reconcile. Readers
-        never change the model, so one parse serves every reconcile of that version."""
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        cached = self._parsed.get(key)
-        if cached is not None and version and cached[0] == version:
-            return cached[1]
-        pool = VsphereAgentPool.model_validate(obj)
-        self._parsed[key] = (version, pool)
-        return pool
 
     def _cached_owned(self, pool_obj: JsonObj) -> list[JsonObj]:
         return list((pool_obj.get("status") or {}).get("ownedVMs") or [])

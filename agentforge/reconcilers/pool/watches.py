@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agentforge.api import kinds
+from agentforge.api import kinds, wire
 from agentforge.api.conditions import PoolConditionType
 from agentforge.kube.controller import Watch
 from agentforge.kube.informer import Informer
@@ -32,15 +32,6 @@ from agentforge.reconcilers.planning.snapshot import claim_of, vsphere_agent_fac
 from agentforge.reconcilers.pool.status import VM_FIELDS
 
 JsonObj = dict[str, Any]
-
-
-def _get(obj: Mapping[str, Any], *path: str) -> Any:
-    value: Any = obj
-    for part in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -54,7 +45,7 @@ def _meta(obj: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _conditions(obj: Mapping[str, Any], *types: str) -> tuple[Any, ...]:
-    found = _get(obj, "status", "conditions") or ()
+    found = wire.get(obj, "status", "conditions") or ()
     return tuple(
         (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
         for c in found
@@ -82,28 +73,28 @@ def _pool_fingerprint(pool: JsonObj) -> tuple[Any, ...]:
 def _agent_machine_fingerprint(am: JsonObj) -> tuple[Any, ...]:
     return (
         _meta(am),
-        _get(am, "spec", "providerID"),
-        _get(am, "status", "agentRef", "name"),
+        wire.get(am, "spec", "providerID"),
+        wire.get(am, "status", "agentRef", "name"),
         _conditions(am, "Ready"),
     )
 
 
 def _machine_fingerprint(machine: JsonObj) -> tuple[Any, ...]:
-    return (_meta(machine), _get(machine, "status", "phase"), _get(machine, "spec"))
+    return (_meta(machine), wire.get(machine, "status", "phase"), wire.get(machine, "spec"))
 
 
 def _agent_fingerprint(agent: JsonObj) -> tuple[Any, ...]:
-    inventory = _get(agent, "status", "inventory") or {}
+    inventory = wire.get(agent, "status", "inventory") or {}
     return (_meta(agent), agent.get("spec"), inventory)
 
 
 def _vsphere_agent_fingerprint(va: JsonObj) -> tuple[Any, ...]:
-    vm = _get(va, "status", "vm") or {}
+    vm = wire.get(va, "status", "vm") or {}
     return (
         _meta(va),
         va.get("spec"),
         {k: v for k, v in vm.items() if k not in VM_FIELDS},
-        _get(va, "status", "creation") is not None,
+        wire.get(va, "status", "creation") is not None,
         _conditions(va, "Ready", "ISOEjected"),
     )
 
@@ -146,7 +137,7 @@ class Mappers:
 
     def agent(self, agent: JsonObj) -> Iterable[ObjectKey]:
         """Agent -> the pools of its InfraEnv."""
-        namespace = _get(agent, "metadata", "namespace")
+        namespace = wire.get(agent, "metadata", "namespace")
         infra_env = indexes.infra_env_of_agent(agent)
         if not namespace or not infra_env:
             return ()
@@ -161,21 +152,21 @@ class Mappers:
 
     def vsphere_agent_pool(self, va: JsonObj) -> Iterable[ObjectKey]:
         """VsphereAgent -> its pool (usually one)."""
-        namespace = _get(va, "metadata", "namespace")
+        namespace = wire.get(va, "metadata", "namespace")
         if not namespace:
             return ()
         return [key_for(namespace=namespace, name=p) for p in indexes.pools_of_vsphere_agent(va)]
 
     def vsphere_agent(self, va: JsonObj) -> Iterable[ObjectKey]:
         """VsphereAgent -> its pool, and the pools sharing that pool's InfraEnv (claims)."""
-        namespace = _get(va, "metadata", "namespace")
+        namespace = wire.get(va, "metadata", "namespace")
         if not namespace:
             return ()
         keys: dict[ObjectKey, None] = {}
         for pool_name in indexes.pools_of_vsphere_agent(va):
             keys[key_for(namespace=namespace, name=pool_name)] = None
             pool = self._pools.get(namespace=namespace, name=pool_name)
-            infra_env = _get(pool, "spec", "infraEnvRef", "name") if pool else None
+            infra_env = wire.get(pool, "spec", "infraEnvRef", "name") if pool else None
             if infra_env:
                 for key in self._keys(
                     indexes.POOLS_BY_INFRA_ENV, indexes.namespaced_key(namespace, infra_env)

@@ -31,10 +31,10 @@ from agentforge.api import kinds, names, rbac, views
 from agentforge.kube import errors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
-from agentforge.kube.store import ObjectKey, key_for
-from agentforge.reconcilers.common import indexes
+from agentforge.kube.store import ObjectKey, key_for, split_key
+from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
-from agentforge.reconcilers.planning import naming
+from agentforge.reconcilers.planning.snapshot import AgentMachineFacts
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,8 @@ class ScaleUpReconciler:
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._agent_machines.get_by_key(key)
-        if obj is None:
-            return None
-        am = views.AgentMachine.model_validate(obj)
-        if am.is_deleting or not am.is_waiting:
+        am = records.record(self._agent_machines, key, AgentMachineFacts)
+        if obj is None or am is None or am.deleting or not am.waiting:
             return None
         node_pool_key = indexes.control_plane_object_key(obj)
         if node_pool_key is None:
@@ -79,35 +77,33 @@ class ScaleUpReconciler:
         if not live:
             return None
         if len(live) > 1:
-            await self._ambiguous(obj, am, live)
+            await self._ambiguous(obj, key, live)
             return None
-        selection = naming.selection_label_value(agent_machine=am.metadata.name)
-        await self._pin(am, selection)
+        await self._pin(key, am)
         return None
 
-    async def _ambiguous(self, obj: JsonObj, am: views.AgentMachine, pools: list[JsonObj]) -> None:
+    async def _ambiguous(self, obj: JsonObj, key: ObjectKey, pools: list[JsonObj]) -> None:
         names_ = " and ".join(f"{_meta(p).get('namespace')}/{_meta(p).get('name')}" for p in pools)
         await self._deps.events.record(
             obj,
             type=EventType.WARNING,
             reason=ScaleUpEvent.AMBIGUOUS_POOLS,
-            message=f"AgentMachine {am.metadata.key} matches VsphereAgentPools {names_} (same "
+            message=f"AgentMachine {key} matches VsphereAgentPools {names_} (same "
             "controlPlaneNamespace and nodePoolRef); delete one of them or point it at another "
             "NodePool. No VM is created until exactly one pool matches.",
         )
 
-    async def _pin(self, am: views.AgentMachine, selection: str) -> None:
-        if am.spec.agent_label_selector.match_labels.get(names.LABEL_AGENT_MACHINE) == selection:
+    async def _pin(self, key: ObjectKey, am: AgentMachineFacts) -> None:
+        if am.pinned == am.selection:
             return
-        patch = {
-            "spec": {"agentLabelSelector": {"matchLabels": {names.LABEL_AGENT_MACHINE: selection}}}
-        }
+        selector = {"matchLabels": {names.LABEL_AGENT_MACHINE: am.selection}}
+        namespace, name = split_key(key)
         try:
             await self._client.patch_merge(
                 kinds.AGENT_MACHINE,
-                namespace=am.metadata.namespace,
-                name=am.metadata.name,
-                patch=patch,
+                namespace=namespace,
+                name=name,
+                patch={"spec": {"agentLabelSelector": selector}},
             )
         except errors.NotFound:
             return

@@ -38,8 +38,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pydantic import ValidationError
-
 from agentforge import vsphere
 from agentforge.api import kinds, names, rbac
 from agentforge.api.pool import VsphereAgentPool
@@ -48,7 +46,7 @@ from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common import indexes, pool_specs, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import RuleEvent
 from agentforge.reconcilers.vm.spread_choice import recorded_spot
@@ -236,9 +234,8 @@ class SpreadRulesReconciler:
             if uid is not None:
                 self.rules.forget(uid)
             return None
-        try:
-            pool = VsphereAgentPool.model_validate(raw)
-        except ValidationError:
+        pool = records.record(self._pools, key, VsphereAgentPool)
+        if pool is None:
             return None  # the pool controller says what is wrong with it
         self._uids[key] = pool.metadata.uid
         held = names.FINALIZER_SPREAD_RULES in pool.metadata.finalizers

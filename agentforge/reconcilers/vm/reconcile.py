@@ -54,8 +54,8 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result, Watch
-from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.kube.store import ObjectKey, key_for
+from agentforge.reconcilers.common import indexes, pool_specs, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.vm import adopt
 from agentforge.reconcilers.vm import create as vm_create
@@ -115,10 +115,10 @@ class VmReconciler:
             self.tasks.forget(key)  # nothing to wait for any more: give its turn away
             return None
         agent = VsphereAgent.model_validate(raw)
-        pool_raw = self._pools.get(
-            namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name
-        )
-        pool = VsphereAgentPool.model_validate(pool_raw) if pool_raw is not None else None
+        pool_key = key_for(namespace=agent.metadata.namespace, name=agent.spec.pool_ref.name)
+        pool = records.record(self._pools, pool_key, VsphereAgentPool)
+        if pool is None and (unreadable := self._pools.rejection(pool_key)) is not None:
+            raise unreadable  # the pool controller says what is wrong with it
         inputs = VmInputs.of(
             self._deps,
             raw=raw,

@@ -69,7 +69,7 @@ def test_status_change_moves_transition_time() -> None:
     assert conditions.get_condition(status, type="Ready")["lastTransitionTime"] == (  # type: ignore[index]
         "2026-01-01T00:05:00Z"
     )
-    assert conditions.is_true(status, type="Ready")
+    assert conditions.get_condition(status, type="Ready")["status"] == "True"  # type: ignore[index]
 
 
 def test_setting_an_identical_condition_reports_no_change() -> None:
@@ -92,7 +92,7 @@ def test_conditions_of_other_types_are_kept_in_order() -> None:
 
 def test_missing_status_reads_as_no_condition() -> None:
     assert conditions.get_condition(None, type="Ready") is None
-    assert not conditions.is_true({}, type="Ready")
+    assert conditions.get_condition({}, type="Ready") is None
 
 
 def test_naive_times_are_refused() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import tracemalloc
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -458,3 +459,41 @@ def test_conditions_drop_observed_generation_which_nothing_reads(fixture: Load) 
         condition
         is trim.trim_agent_machine(fixture("agentmachine.yaml"))["status"]["conditions"][0]
     )
+
+
+def test_any_other_kind_is_kept_whole_but_for_managed_fields_and_last_applied() -> None:
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "a1",
+            "namespace": "ns",
+            "uid": "u",
+            "resourceVersion": "9",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                "keep": "me",
+            },
+        },
+        "data": {"big": "x" * 500, "small": "y"},
+    }
+    out = trim.trim_any(copy.deepcopy(obj))
+    assert out["metadata"] == {
+        "name": "a1",
+        "namespace": "ns",
+        "uid": "u",
+        "resourceVersion": "9",
+        "annotations": {"keep": "me"},
+    }
+    assert out["data"] == obj["data"]
+    assert out["kind"] == "ConfigMap"
+
+
+def test_trims_intern_keys_and_short_values() -> None:
+    one = trim.trim_any({"metadata": {}, "".join(["sta", "tus"]): "".join(["Tr", "ue"])})
+    two = trim.trim_any({"metadata": {}, "".join(["st", "atus"]): "".join(["T", "rue"])})
+    (k1, v1), (k2, v2) = [next((k, v) for k, v in o.items() if k != "metadata") for o in (one, two)]
+    assert k1 is k2
+    assert v1 is v2
+    assert v1 is sys.intern("True")

@@ -196,7 +196,7 @@ async def test_objects_are_transformed_before_they_are_cached_and_handed_out() -
     assert rec == [cached]
 
 
-async def test_default_transform_drops_managed_fields() -> None:
+async def test_the_default_transform_drops_managed_fields() -> None:
     api = FakeApi()
     api.put(obj("a", "1", metadata={"managedFields": [{"m": 1}]}))
     inf = make(api)
@@ -286,8 +286,8 @@ async def test_stop_cancels_the_reflector_task() -> None:
 
 
 async def test_a_parse_hook_keeps_one_record_per_cached_object_current() -> None:
-    """Parsed at cache time (before handlers run), replaced on change, dropped on delete;
-    an object the parser rejects is still cached but has no record."""
+    """Parsed on the first read (a handler reads the new version's), replaced on change,
+    dropped on delete; an object the parser rejects is still cached but has no record."""
     api = FakeApi()
     api.put(obj("a", "1"), obj("bad", "2"), obj("gone", "2"))
     api.script(
@@ -327,6 +327,28 @@ async def test_a_parse_hook_keeps_one_record_per_cached_object_current() -> None
     assert inf.record(key_gone) is None
     assert inf.get(namespace="ns", name="bad") is not None
     assert inf.record(key_bad) is None
+    assert str(inf.rejection(key_bad)) == "unreadable"
+    assert inf.rejection(key_a) is None
+
+
+async def test_the_sync_parses_nothing_until_a_record_is_read() -> None:
+    """Start-up pays for the list alone: records are built on the first read."""
+    api = FakeApi()
+    api.put(obj("a", "1"), obj("b", "1"))
+    parsed: list[str] = []
+
+    def parse(o: dict[str, Any]) -> str:
+        name: str = o["metadata"]["name"]
+        parsed.append(name)
+        return name
+
+    inf = make(api, parse=parse)
+    async with inf:
+        await asyncio.wait_for(inf.synced(), 5)
+        assert parsed == []
+        assert inf.record(key_for(namespace="ns", name="a")) == "a"
+        assert inf.record(key_for(namespace="ns", name="a")) == "a"
+    assert parsed == ["a"]
 
 
 async def test_without_a_parse_hook_there_are_no_records() -> None:
@@ -343,7 +365,8 @@ async def test_a_record_is_parsed_and_a_rejection_logged_once_per_version(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A relist that replays known versions parses nothing again and logs no rejection
-    twice; a new version of the rejected object is parsed (and, rejected, logged) anew."""
+    twice; a new version of the rejected object is parsed (and, rejected, logged) anew.
+    Nothing is parsed until read: here a handler reads every object it is told of."""
     api = FakeApi()
     api.put(obj("a", "1"), obj("bad", "1"))
 
@@ -370,6 +393,11 @@ async def test_a_record_is_parsed_and_a_rejection_logged_once_per_version(
         return name
 
     inf = make(api, parse=parse)
+
+    def read(o: dict[str, Any]) -> None:
+        inf.record(key_for(namespace="ns", name=o["metadata"]["name"]))
+
+    inf.add_handler(informer.EventHandler(on_add=read, on_update=lambda old, new: read(new)))
     with caplog.at_level("WARNING", logger=informer.__name__):
         async with inf:
             await eventually(

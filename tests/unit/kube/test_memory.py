@@ -15,8 +15,8 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from agentforge.api.trim import trim_agent
-from agentforge.kube import delta, store, trim
+from agentforge.api.trim import trim_agent, trim_any
+from agentforge.kube import delta, store
 
 N = 2000
 
@@ -86,7 +86,7 @@ def test_store_keys_and_indexes_add_well_under_a_kilobyte_per_object() -> None:
 
 def test_compact_trims_make_an_agent_fit_the_per_object_budget() -> None:
     raw_size, _ = traced_bytes(lambda: [json.loads(raw) for raw in RAW])
-    default_size, _ = traced_bytes(lambda: [trim.default_transform(json.loads(r)) for r in RAW])
+    default_size, _ = traced_bytes(lambda: [trim_any(json.loads(r)) for r in RAW])
     kept_size, _ = traced_bytes(lambda: [KEEP(json.loads(raw)) for raw in RAW])
     assert default_size < raw_size
     assert kept_size < 4000, f"a trimmed Agent takes {kept_size:.0f} B (measured ~2.1 KB)"

@@ -12,6 +12,7 @@ from agentforge.api import kinds, names
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.store import ObjectKey
+from agentforge.reconcilers.common import records
 from agentforge.reconcilers.planning.planner import ORPHAN_GRACE
 from agentforge.reconcilers.pool import reconcile as pool
 from tests.unit.reconcilers.controller_support import Harness, harness
@@ -297,32 +298,41 @@ async def test_an_ambiguous_pool_reports_and_cleans_nothing() -> None:
     assert CPNS in demand["message"]
 
 
-async def test_the_pool_is_parsed_once_per_resource_version(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_the_pool_is_parsed_once_per_resource_version() -> None:
+    """Every reconcile of one version reads the informer's one record of it."""
     h = world()
-    parsed: list[str] = []
-    validate = VsphereAgentPool.model_validate
-
-    def counting(obj: dict[str, Any], **kw: Any) -> VsphereAgentPool:
-        parsed.append(obj["metadata"]["resourceVersion"])
-        return validate(obj, **kw)
-
-    monkeypatch.setattr(VsphereAgentPool, "model_validate", counting)
     reconciler = pool.PoolReconciler(h.deps)
-    cached = h.informers[kinds.VSPHERE_AGENT_POOL].get(namespace=NS, name=POOL)
-    assert cached is not None
+    pools = h.informers[kinds.VSPHERE_AGENT_POOL]
     await reconciler.reconcile(KEY)
+    first = records.record(pools, KEY, VsphereAgentPool)
+    assert first is not None
     await reconciler.reconcile(KEY)  # the same version: the parse is reused
-    assert parsed == [cached["metadata"]["resourceVersion"]]
+    assert records.record(pools, KEY, VsphereAgentPool) is first
     changed = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
     assert changed is not None
     changed["spec"]["agent"]["approve"] = not changed["spec"]["agent"].get("approve", False)
     changed["metadata"]["resourceVersion"] = "9999"
     h.sync()
     await reconciler.reconcile(KEY)  # a new version is parsed again
-    assert parsed[-1] == "9999"
-    assert len(parsed) == 2
+    second = records.record(pools, KEY, VsphereAgentPool)
+    assert second is not None
+    assert second is not first
+    assert second.spec.agent.approve is changed["spec"]["agent"]["approve"]
+
+
+async def test_an_unreadable_pool_gets_a_warning_saying_why_and_nothing_else() -> None:
+    h = world()
+    broken = h.api.find(kinds.VSPHERE_AGENT_POOL, NS, POOL)
+    assert broken is not None
+    broken["spec"]["nodePoolRef"] = "not-a-reference"
+    broken["metadata"]["resourceVersion"] = "9999"
+    h.sync()
+    calls = len(h.api.calls)
+    assert await reconcile(h) is None
+    (event,) = [e for e in h.events.events if e.reason == "InvalidPool"]
+    assert event.type == "Warning"
+    assert "1 errors, first: " in event.message
+    assert h.api.calls[calls:] == []
 
 
 def _released_with_pool_labels() -> Harness:
