@@ -1,11 +1,11 @@
-"""Streaming one ISO to a datastore under its content address (`iso` decides when).
+"""Streaming one ISO to a datastore under its content address (`pipeline` decides when).
 
-The first 36 KiB are read and checked (`iso_check`: an ISO 9660 image with an El
+The first 36 KiB are read and checked (`IsoCheck` below: an ISO 9660 image with an El
 Torito boot record, of a plausible size) before anything is created on the
 datastore; a body that is not one is refused with nothing uploaded. Then the bytes,
 those 36 KiB first, go to `<prefix>/.upload-<uuid>.iso` in one pass, counted and hashed on the
 way, and are then moved to `<prefix>/<sha256>.iso`, or deleted when that file already
-exists. The promises and the cleanup rules are in the `iso` module's doc; this module
+exists. The promises and the cleanup rules are in `pipeline`'s doc; this module
 keeps them: the name is the hash of exactly the bytes counted and sent, and the
 temporary file is deleted on every failure once the datastore can no longer write it.
 Errors name the source by its shown form (`redaction.redact_url`: the image service's
@@ -27,7 +27,7 @@ A download becomes boot media only when it is an ISO 9660 image a VM can boot:
   shorter body is truncated.
 
 The check needs the first `HEAD_BYTES` (36,864: the 32 KiB system area and the two
-descriptors). The caller (`iso_upload`) reads exactly those before it creates
+descriptors). The upload (`upload` above) reads exactly those before it creates
 anything on the datastore, asks `IsoCheck.head`, and hands the same bytes on to
 the upload, followed by the rest of the stream: one pass, no temporary local file,
 nothing but the head held in memory. An HTML error page, a JSON error, an archive,
@@ -108,7 +108,7 @@ async def transfer(
             limit=limits.max_bytes,
             size=declared,
         )
-    # Nothing is created on the datastore before the head passed (`iso_check`).
+    # Nothing is created on the datastore before the head passed (`IsoCheck.head`).
     served = Served(
         url=redact_url(str(resp.url)),
         status=resp.status,
@@ -200,7 +200,7 @@ async def transfer(
 
 
 async def _read_head(resp: aiohttp.ClientResponse) -> tuple[bytes, bool]:
-    """The first `iso_check.HEAD_BYTES` of the body (fewer when it ends before), and
+    """The first `HEAD_BYTES` of the body (fewer when it ends before), and
     whether it ended within them."""
     head = bytearray()
     try:

@@ -1,13 +1,13 @@
 """The values a VM is built from (pure: no pyVmomi): its hardware template, the
 resolved network it joins, datastore paths, and the option keys no spec may carry.
 
-`vsphere.specs` turns them into pyVmomi config specs.
+`vsphere/vm/build_specs.py` turns them into pyVmomi config specs.
 
 Datastores and their files as values (pure): a datastore of a datacenter by name,
-and a file found on it (`vsphere.datastore` does the I/O).
+and a file found on it (`vsphere/iso/datastore_files.py` does the I/O).
 
 Where a pool's VMs go (pure values): what the user wrote, what resolving it found,
-and every problem found on the way (`vsphere.placement` resolves and checks).
+and every problem found on the way (`vsphere/vm/resolve_placement.py` resolves and checks).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agentforge.vsphere.model import errors
 
 FORBIDDEN_OPTION_PREFIXES = ("answer.", "tools.autoanswer", "msg.autoanswer")
 """No spec ever carries an automatic-answer option: answering VM questions is a
-per-question decision (see `vsphere.cdrom`)."""
+per-question decision (see `vsphere/vm/cdrom.py`)."""
 
 
 class ScsiType(enum.StrEnum):

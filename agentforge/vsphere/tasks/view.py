@@ -16,7 +16,7 @@ What the task waiter needs of a session, as a narrow Protocol.
 `Session` owns a `TaskWaiter`, and the waiter calls back into its session (calls,
 re-login, the login generation, pacing options). Typing those call-backs against
 this Protocol instead of `Session` keeps the import graph acyclic: `session` imports
-`tasks`, and nothing under `tasks`, `task_run` or `task_view` imports `session`.
+`tasks`, and nothing under `tasks/` imports `session/`.
 `Session` satisfies it structurally (mypy checks that where the waiter is built).
 """
 
@@ -164,7 +164,7 @@ class TaskPacing(Protocol):
 
 
 class TaskWaits(Protocol):
-    """The one waiter call `task_run` makes."""
+    """The one waiter call `waiter.run_task` makes."""
 
     async def wait(self, task: Any, *, subject: str, action: str) -> Any: ...
 

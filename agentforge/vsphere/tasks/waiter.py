@@ -37,7 +37,7 @@ Starting a task and reading how it ended: `run_task` and `task_outcome`.
 waits for it through the session's one `tasks.TaskWaiter` (the datastore's file
 tasks, which end within a request's time; every VM task is followed instead); `task_outcome` turns a
 finished task's `info.state`/`info.error`/`info.result` into its result or its fault,
-typed as every other error of this layer. Both are re-exported by `tasks`.
+typed as every other error of this layer.
 """
 
 from __future__ import annotations
