@@ -53,8 +53,15 @@ from typing import TYPE_CHECKING, Any
 from agentforge.vsphere import faults
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.tasks import view as task_view
-from agentforge.vsphere.tasks.view import QUESTION_PATH, TASK_PATHS
-from agentforge.vsphere.tasks.watched import Ended, Seen, Watch, has_question, task_done
+from agentforge.vsphere.tasks.view import (
+    QUESTION_PATH,
+    TASK_PATHS,
+    Ended,
+    Seen,
+    Watch,
+    has_question,
+    task_done,
+)
 from agentforge.vsphere.vmomi import vmodl
 
 if TYPE_CHECKING:
