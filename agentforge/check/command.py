@@ -12,7 +12,7 @@ kubeconfig and the vCenter of the pool's credentials Secret:
   of this environment honoured, redirects only to https; nothing is downloaded;
 * the credentials Secret parses (`reconcilers.infra.credentials.parse_credentials`, the
   operator's own rules) and, when it lies in another namespace, lists the pool's in
-  its allowed-namespaces annotation (`check.secret`), and `VsphereService.preflight`
+  its allowed-namespaces annotation (`check.probes.secret`), and `VsphereService.preflight`
   logs in (only then is vCenter's certificate reported verified) and finds the
   pool's placement (`reconcilers.common.pool_specs.placement`, the infra
   controller's translation);
@@ -46,7 +46,6 @@ from agentforge.api import crdgen, kinds
 from agentforge.api.pool import VsphereAgentPool, VsphereAgentPoolSpec
 from agentforge.check import probes as check_probes
 from agentforge.check import rbac as check_rbac
-from agentforge.check import secret as check_secret
 from agentforge.check.render import (
     EXIT_FAIL,
     EXIT_USAGE,
@@ -228,7 +227,7 @@ async def check_pool(
         return [item, await check_probes.iso_url(url, access=iso)] if url else [item]
 
     async def secret_then_vsphere() -> list[Item]:
-        items, credentials = await check_secret.secret(client, pool)
+        items, credentials = await check_probes.secret(client, pool)
         return [*items, *await check_probes.vsphere_preflight(sessions, pool, credentials)]
 
     parts = await asyncio.gather(

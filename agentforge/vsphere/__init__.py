@@ -55,7 +55,7 @@ from agentforge.vsphere.session.vcenter_session import Session, SessionOptions
 from agentforge.vsphere.tasks.slots import Slot, TaskSlots
 from agentforge.vsphere.vm.build_specs import Firmware, Hardware, NicType, ScsiType
 from agentforge.vsphere.vm.cdrom import EjectOutcome, EjectState
-from agentforge.vsphere.vm.cluster_hosts import HostState
+from agentforge.vsphere.vm.compute_cluster import HostState
 from agentforge.vsphere.vm.owned import DeleteStep
 from agentforge.vsphere.vm.provision import Started, VmRequest
 from agentforge.vsphere.vm.read_facts import (

@@ -21,13 +21,7 @@ from agentforge.vsphere.session.credentials import Credentials
 from agentforge.vsphere.session.registry import SessionRegistry
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks.slots import Slot
-from agentforge.vsphere.vm import (
-    cdrom,
-    drs_rules,
-    provision,
-    task_facts,
-)
-from agentforge.vsphere.vm import cluster_hosts as hosts
+from agentforge.vsphere.vm import cdrom, compute_cluster, provision, task_facts
 from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vm import read_facts as facts
 from agentforge.vsphere.vm import resolve_placement as placements
@@ -69,10 +63,13 @@ class VsphereService:
 
     async def cluster_hosts(
         self, *, datacenter: str, cluster: str, host_group: str | None = None
-    ) -> list[hosts.HostState]:
+    ) -> list[compute_cluster.HostState]:
         """Every host of a compute cluster (or of a host group in it), with its state."""
-        return await hosts.cluster_hosts(
-            await self.session(), datacenter=datacenter, cluster=cluster, host_group=host_group
+        return await compute_cluster.cluster_hosts(
+            await self.session(),
+            datacenter=datacenter,
+            cluster=cluster,
+            host_group=host_group,
         )
 
     async def start_anti_affinity(
@@ -81,7 +78,7 @@ class VsphereService:
         """Start bringing the pool's DRS anti-affinity rule in `cluster` to hold exactly
         `vm_moids` (removed with fewer than two): the action (`none`, `add`, `edit`,
         `remove`) and the moref of the followed reconfigure task (None: nothing to do)."""
-        change, task = await drs_rules.start_anti_affinity(
+        change, task = await compute_cluster.start_anti_affinity(
             await self.session(),
             datacenter=datacenter,
             cluster=cluster,

@@ -14,7 +14,6 @@ from agentforge.api import names
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
 from agentforge.check import rbac as check_rbac
-from agentforge.check import secret as check_secret
 from agentforge.check.render import Status
 from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
 from agentforge.kube import errors as kube_errors
@@ -202,7 +201,7 @@ def test_credential_errors_split_into_problem_and_fix(
 ) -> None:
     with pytest.raises(CredentialsError) as raised:
         parse_credentials(namespace="ns", name="creds", data={k: b64(v) for k, v in data.items()})
-    message, fix = check_secret._problem_and_fix(
+    message, fix = check_probes._problem_and_fix(
         str(raised.value), prefix="vSphere credentials Secret ns/creds"
     )
     assert message == problem
@@ -359,12 +358,12 @@ async def test_infraenv_without_image_created_warns_and_still_gives_the_url() ->
 async def test_secret_keys_are_named_values_never_and_insecure_warns() -> None:
     data = {"server": "vc.example:443", "username": "u", "password": "hunter2", "insecure": "true"}
     kube = FakeKube(obj("Secret", "creds", data={k: b64(v) for k, v in data.items()}))
-    items, credentials = await check_secret.secret(kube, pool())  # type: ignore[arg-type]
+    items, credentials = await check_probes.secret(kube, pool())  # type: ignore[arg-type]
     assert credentials is not None
     assert [i.status for i in items] == [Status.PASS, Status.WARN]
     assert items[0].message == "keys server, username, password, insecure; vCenter vc.example:443"
     assert all("hunter2" not in i.message + i.fix for i in items)
-    items, credentials = await check_secret.secret(FakeKube(), pool())  # type: ignore[arg-type]
+    items, credentials = await check_probes.secret(FakeKube(), pool())  # type: ignore[arg-type]
     assert (items[0].status, items[0].message, credentials) == (Status.FAIL, "not found", None)
     skipped = await check_probes.vsphere_preflight(None, pool(), None)  # type: ignore[arg-type]
     assert [i.status for i in skipped] == [Status.SKIP]
@@ -385,7 +384,7 @@ def vault_secret(annotation: str | None, **keys: str) -> dict[str, Any]:
 
 async def test_a_secret_in_another_namespace_must_list_the_pools_namespace() -> None:
     kube = FakeKube(vault_secret(None))
-    items, credentials = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    items, credentials = await check_probes.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
     assert credentials is None
     (item,) = items
     assert item.status is Status.FAIL
@@ -395,7 +394,7 @@ async def test_a_secret_in_another_namespace_must_list_the_pools_namespace() -> 
     assert f"{names.ANNOTATION_ALLOWED_NAMESPACES}=<names already listed>,team-a" in item.fix
 
     kube = FakeKube(vault_secret("team-b, team-a"))
-    items, credentials = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    items, credentials = await check_probes.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
     assert credentials is not None
     assert [i.status for i in items] == [Status.PASS]
     assert items[0].message.startswith("shared with namespace team-a")
@@ -403,7 +402,7 @@ async def test_a_secret_in_another_namespace_must_list_the_pools_namespace() -> 
 
 async def test_a_wildcard_is_no_namespace_and_is_flagged() -> None:
     kube = FakeKube(vault_secret("*"))
-    items, credentials = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    items, credentials = await check_probes.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
     assert credentials is None
     assert [i.status for i in items] == [Status.WARN, Status.FAIL]
     assert "'*'" in items[0].message
@@ -412,21 +411,21 @@ async def test_a_wildcard_is_no_namespace_and_is_flagged() -> None:
 
 async def test_once_shared_a_missing_key_is_named() -> None:
     kube = FakeKube(vault_secret("team-a", password=""))
-    items, _ = await check_secret.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
+    items, _ = await check_probes.secret(kube, pool(secret_ns="vault"))  # type: ignore[arg-type]
     assert [(i.status, i.message) for i in items] == [
         (Status.FAIL, "has no key 'password' (or it is empty)")
     ]
 
 
 async def test_another_namespaces_secret_the_caller_may_not_read_is_unverifiable() -> None:
-    items, credentials = await check_secret.secret(ForbiddenKube(), pool(secret_ns="vault"))  # type: ignore[arg-type]
+    items, credentials = await check_probes.secret(ForbiddenKube(), pool(secret_ns="vault"))  # type: ignore[arg-type]
     assert credentials is None
     assert items[0].status is Status.FAIL
     assert items[0].message.startswith("you may not read it")
     assert "ask whoever manages namespace vault" in items[0].fix
-    items, _ = await check_secret.secret(FakeKube(), pool(secret_ns="vault"))  # type: ignore[arg-type]
+    items, _ = await check_probes.secret(FakeKube(), pool(secret_ns="vault"))  # type: ignore[arg-type]
     assert items[0].message.startswith("not found (and a Secret in another namespace")
-    own, _ = await check_secret.secret(ForbiddenKube(), pool())  # type: ignore[arg-type]
+    own, _ = await check_probes.secret(ForbiddenKube(), pool())  # type: ignore[arg-type]
     assert own[0].message.startswith("could not be read")
 
 

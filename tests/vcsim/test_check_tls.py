@@ -10,7 +10,6 @@ import pytest
 
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
-from agentforge.check import secret as check_secret
 from agentforge.check.render import Status
 from agentforge.vsphere import Credentials, SessionRegistry
 
@@ -57,7 +56,7 @@ async def _items(credentials: Credentials, *, with_ca: bool) -> list[Any]:
     }
     if with_ca and credentials.ca_bundle_pem:
         data["caBundle"] = credentials.ca_bundle_pem
-    items, parsed = await check_secret.secret(_Secrets(data), _pool())  # type: ignore[arg-type]
+    items, parsed = await check_probes.secret(_Secrets(data), _pool())  # type: ignore[arg-type]
     assert parsed is not None
     registry = SessionRegistry(options=check_probes.SESSION_OPTIONS)
     try:

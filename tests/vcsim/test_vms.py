@@ -26,7 +26,7 @@ from agentforge.vsphere import (
 )
 from agentforge.vsphere.tasks import waiter as tasks
 from agentforge.vsphere.vm import owned as vms
-from agentforge.vsphere.vm import tags
+from agentforge.vsphere.vm import provision
 from agentforge.vsphere.vmomi import vim
 from sim.actors.waiting import eventually
 from sim.vsphere_tasks import TaskDriver
@@ -386,9 +386,9 @@ async def _strip_markers(service: VsphereService, moid: str) -> None:
 
 async def _make_tag(service: VsphereService) -> str:
     session = await service.session()
-    token = await tags._token(session, fresh=False)
+    token = await provision._token(session, fresh=False)
     http = session.http()
-    headers = {tags.HEADER: token}
+    headers = {provision.HEADER: token}
     name = uuid.uuid4().hex[:8]
     async with http.post(
         "/rest/com/vmware/cis/tagging/category",
@@ -413,11 +413,11 @@ async def _make_tag(service: VsphereService) -> str:
 
 async def _attached_tags(service: VsphereService, moid: str) -> list[str]:
     session = await service.session()
-    token = await tags._token(session, fresh=False)
+    token = await provision._token(session, fresh=False)
     async with session.http().post(
-        tags.ATTACH_PATH,
+        provision.ATTACH_PATH,
         params={"~action": "list-attached-tags"},
         json={"object_id": {"id": moid, "type": "VirtualMachine"}},
-        headers={tags.HEADER: token},
+        headers={provision.HEADER: token},
     ) as resp:
         return list((await resp.json())["value"])

@@ -25,7 +25,7 @@ import aiohttp
 
 from agentforge.vsphere import props
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.model.datastore import DatastoreFile, Location
+from agentforge.vsphere.model.specs import DatastoreFile, Location
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks import waiter as tasks
 from agentforge.vsphere.vm import owned as vms

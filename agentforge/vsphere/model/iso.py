@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 MIN_ISO_BYTES: Final = 1024 * 1024
-"""A smaller body is no discovery image (`vsphere.iso_check`)."""
+"""A smaller body is no discovery image (`vsphere/iso/upload.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ class IsoLimits:
     max_redirects: int = 5
     """Redirects followed per request, each only to https (`iso_http.get`)."""
     min_bytes: int = MIN_ISO_BYTES
-    """A smaller body is no boot image (`iso_check`); neither is a cached record as small."""
+    """A smaller body is no boot image (`iso/upload.py`); neither is a cached record as small."""
     connect_timeout_seconds: float = 30.0
     read_timeout_seconds: float = 120.0
     chunk_bytes: int = 1024 * 1024

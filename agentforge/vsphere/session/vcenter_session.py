@@ -22,6 +22,15 @@ Promises:
 
 The untyped pyVmomi surface stays here and in the modules that build specs; the rest
 of the package sees `Any` only where a managed object reference is passed through.
+
+What a session remembers between calls, one typed field per kind of thing.
+
+Managed object references are valid for one vCenter session's lifetime at most, and
+a stale one is detected by the next call that uses it (`ManagedObjectNotFound`, or a
+read whose `config.uuid` no longer matches), never trusted: callers drop the entry
+and resolve afresh. Each field says what it maps; `Memo` computes a value once even
+when many callers ask for it at the same time (concurrent reconciles of one pool
+resolve its placement, and create its folder, once).
 """
 
 from __future__ import annotations
@@ -30,11 +39,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 import tenacity
@@ -42,8 +51,8 @@ import tenacity
 from agentforge.ratelimit import TokenBucket
 from agentforge.vsphere import faults
 from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.specs import Location, Placement, ResolvedPlacement
 from agentforge.vsphere.session import connection
-from agentforge.vsphere.session.cache import SessionCache
 from agentforge.vsphere.session.credentials import Credentials, SessionKey
 from agentforge.vsphere.session.logins import LoginGuard
 from agentforge.vsphere.tasks.slots import DEFAULT_CAP, TaskSlots
@@ -404,3 +413,57 @@ class Session:
                 max(opts.idle_close_seconds - unused, 0.0),
             )
             await asyncio.sleep(max(wake, 0.05))
+
+
+K = TypeVar("K", bound=Hashable)
+
+V = TypeVar("V")
+
+
+class Memo(Generic[K, V]):
+    """Values by key, each made at most once at a time."""
+
+    def __init__(self) -> None:
+        self._values: dict[K, V] = {}
+        self._locks: dict[K, asyncio.Lock] = {}
+
+    def get(self, key: K) -> V | None:
+        return self._values.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        self._values[key] = value
+
+    def forget(self, key: K) -> None:
+        self._values.pop(key, None)
+
+    async def get_or_make(self, key: K, make: Callable[[], Awaitable[V]]) -> V:
+        """The value for `key`, made by `make()` once for concurrent callers."""
+        if key in self._values:
+            return self._values[key]
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key in self._values:
+                return self._values[key]
+            value = await make()
+            self._values[key] = value
+            return value
+
+
+@dataclass(slots=True)
+class SessionCache:
+    """Per-session lookups. Morefs are pyVmomi objects, hence `Any` values."""
+
+    datacenters: Memo[str, Any] = field(default_factory=Memo)
+    """Datacenter inventory path -> `vim.Datacenter`."""
+    datastores: Memo[Location, tuple[Any, Any, Any]] = field(default_factory=Memo)
+    """Datastore -> (datacenter, datastore, its browser) morefs."""
+    placements: Memo[Placement, ResolvedPlacement] = field(default_factory=Memo)
+    """A pool's placement -> its resolved morefs (replaced once its folder exists)."""
+    folders: Memo[Placement, Any] = field(default_factory=Memo)
+    """A placement -> its VM folder, created on first use."""
+    directories: Memo[tuple[Location, str], bool] = field(default_factory=Memo)
+    """(datastore, folder) -> True once `mkdir -p` of the folder succeeded."""
+    vms: dict[str, Any] = field(default_factory=dict)
+    """Canonical BIOS UUID -> `vim.VirtualMachine`, re-checked on every read."""
+    vapi_token: str | None = None
+    """The vAPI (REST) session token for tagging, made on first use."""

@@ -30,6 +30,14 @@ After a re-login the collector, view and filter are gone with the old session: t
 waiter rebuilds them and re-registers everything still in flight. A task vCenter no
 longer knows fails its waiters with `errors.NotFound`, never with success, and only
 them: should vCenter refuse the whole view for it, the others are watched on.
+
+Starting a task and reading how it ended: `run_task` and `task_outcome`.
+
+`run_task` starts a vCenter task (restarting it while its fault is transient) and
+waits for it through the session's one `tasks.TaskWaiter` (the datastore's file
+tasks, which end within a request's time; every VM task is followed instead); `task_outcome` turns a
+finished task's `info.state`/`info.error`/`info.result` into its result or its fault,
+typed as every other error of this layer.
 """
 
 from __future__ import annotations
@@ -45,13 +53,20 @@ from typing import TYPE_CHECKING, Any
 from agentforge.vsphere import faults
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.tasks import view as task_view
-from agentforge.vsphere.tasks.outcome import run_task, task_outcome
-from agentforge.vsphere.tasks.view import QUESTION_PATH, TASK_PATHS
-from agentforge.vsphere.tasks.watched import Ended, Seen, Watch, has_question, task_done
+from agentforge.vsphere.tasks.view import (
+    QUESTION_PATH,
+    TASK_PATHS,
+    Ended,
+    Seen,
+    Watch,
+    has_question,
+    task_done,
+)
 from agentforge.vsphere.vmomi import vmodl
 
 if TYPE_CHECKING:
-    from agentforge.vsphere.tasks.host import TaskHost
+    from agentforge.vsphere.tasks.view import TaskHost
+
 
 log = logging.getLogger(__name__)
 
@@ -443,3 +458,35 @@ class TaskWaiter:
             self._active.clear()
         if watch is not None:
             watch.fail(exc)
+
+
+async def run_task(
+    session: TaskHost,
+    start: Callable[[], Any],
+    *,
+    subject: str,
+    action: str,
+) -> Any:
+    """Start a task and wait for it; transient task faults restart it (tenacity)."""
+    async for attempt in session.retrying():
+        with attempt:
+            task = await session.call(start, subject=subject, action=action)
+            return await session.waiter.wait(task, subject=subject, action=action)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def task_outcome(props: dict[str, Any], *, subject: str, action: str) -> Any:
+    """The result of a finished task, or its fault as a typed error."""
+    if props.get("info.state") == "success":
+        return props.get("info.result")
+    fault = props.get("info.error")
+    # pyVmomi deserializes LocalizedMethodFault as the fault itself (message in `msg`).
+    inner = fault if isinstance(fault, BaseException) else getattr(fault, "fault", None)
+    if isinstance(inner, BaseException):
+        err = faults.classify(inner, subject=subject, action=action)
+        return _raise(err)
+    return _raise(errors.TaskFailed(f"{action} {subject} failed without a fault", subject=subject))
+
+
+def _raise(err: errors.VsphereError) -> Any:
+    raise err

@@ -19,13 +19,13 @@ from typing import Any
 
 from agentforge.vsphere import props
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.model.placement import (
+from agentforge.vsphere.model.specs import (
+    NetworkTarget,
     Placement,
     PlacementInvalid,
     Problem,
     ResolvedPlacement,
 )
-from agentforge.vsphere.model.specs import NetworkTarget
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.vmomi import PC, vim
 

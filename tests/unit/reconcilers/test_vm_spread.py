@@ -16,7 +16,7 @@ import pytest
 from agentforge import vsphere
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.reconcilers.vm import spread_choice as vm_spread
-from agentforge.vsphere.vm.cluster_hosts import HostState
+from agentforge.vsphere.vm.compute_cluster import HostState
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 
 DOMAINS = [

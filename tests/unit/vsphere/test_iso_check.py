@@ -18,8 +18,8 @@ import pycdlib
 import pytest
 
 from agentforge.vsphere import IsoInvalid, SizeLimitExceeded
-from agentforge.vsphere.iso import bootable as iso_check
-from agentforge.vsphere.iso.bootable import HEAD_BYTES, MIN_ISO_BYTES, IsoCheck, Served
+from agentforge.vsphere.iso import upload
+from agentforge.vsphere.iso.upload import HEAD_BYTES, MIN_ISO_BYTES, IsoCheck, Served
 from sim.actors.iso9660 import build_iso
 from sim.actors.isoserver import discovery_iso
 
@@ -53,7 +53,7 @@ def check(
     min_bytes: int = MIN_ISO_BYTES,
     max_bytes: int = MAX,
     streamed: bool = False,
-) -> iso_check.Volume:
+) -> upload.Volume:
     """Run the check as the upload does: the head, then (when it passed) the end."""
     length = len(body) if declared is True else (None if declared is False else declared)
     assert not isinstance(length, bool)
@@ -234,20 +234,20 @@ def test_a_descriptor_without_a_volume_size_is_refused() -> None:
 
 
 def test_the_start_is_text_only_when_printable() -> None:
-    assert iso_check.describe_start(b"Forbidden\r\n") == 'starting "Forbidden"'
-    assert iso_check.describe_start("Zugriff verweigert: ä".encode()) == (
+    assert upload.describe_start(b"Forbidden\r\n") == 'starting "Forbidden"'
+    assert upload.describe_start("Zugriff verweigert: ä".encode()) == (
         'starting "Zugriff verweigert: ä"'
     )
     # a multi-byte character cut by the head's end is dropped, not shown as garbage
-    assert iso_check.describe_start("ok é".encode()[:-1]) == 'starting "ok"'
-    assert iso_check.describe_start(b"\x00\x01abc").startswith("starting with bytes 00 01 61")
-    assert iso_check.describe_start(b"   \n") == "starting with bytes 20 20 20 0a"
-    assert "hunter2" not in iso_check.describe_start(b"password=hunter2 is wrong")
+    assert upload.describe_start("ok é".encode()[:-1]) == 'starting "ok"'
+    assert upload.describe_start(b"\x00\x01abc").startswith("starting with bytes 00 01 61")
+    assert upload.describe_start(b"   \n") == "starting with bytes 20 20 20 0a"
+    assert "hunter2" not in upload.describe_start(b"password=hunter2 is wrong")
 
 
 def test_a_word_cut_by_the_shown_window_is_dropped_not_half_shown() -> None:
     jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJlc2lnbmF0dXJl"
     page = ("x" * 450 + " " + jwt + " tail").encode()  # the window ends inside the JWT
-    shown = iso_check.describe_start(page)
+    shown = upload.describe_start(page)
     assert "eyJ" not in shown
     assert shown.endswith('…"')

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from agentforge.vsphere.model.placement import Placement
-from agentforge.vsphere.session.cache import Memo, SessionCache
+from agentforge.vsphere.model.specs import Placement
+from agentforge.vsphere.session.vcenter_session import Memo, SessionCache
 
 PLACEMENT = Placement(
     datacenter="dc",
