@@ -25,5 +25,6 @@ def controllers(deps: Deps) -> list[Controller]:
         pool.controller(deps),
         infra.controller(deps),
         vm.controller(deps, ejection=ejection.Ejection()),
+        ejection.controller(deps),
         spread_rules.controller(deps),
     ]

@@ -146,6 +146,7 @@ async def running_operator(
                 vm.controller(
                     deps, ejection=ejection.Ejection(), retry_base=0.05, iso_quiet=iso_quiet
                 ),
+                ejection.controller(deps, retry_base=0.05),
                 spread_rules.controller(deps, retry_base=0.05),
             ]
         async with contextlib.AsyncExitStack() as stack:

@@ -461,7 +461,8 @@ class World:
     async def run(
         self, *, vm_controller: bool = True, infra_controller: bool = True, ejection: bool = False
     ) -> AsyncIterator[list[Controller]]:
-        """`ejection`: the vm controller runs the ISO ejection step, as the app wires it.
+        """`ejection`: the `ejection` controller runs beside the vm controller (which
+        finishes a recorded ejection before a deletion), as the app wires it.
         With the vm controller runs the `spread-rules` controller (a spread pool's DRS
         rules), as the app does."""
         built: list[Controller] = []
@@ -471,6 +472,8 @@ class World:
             step = eject.Ejection() if ejection else None
             # no quiet wait for the ISO: tests of WaitingForISO see it at once
             built.append(vm.controller(self.deps, ejection=step, retry_base=0.05, iso_quiet=0.0))
+            if ejection:
+                built.append(eject.controller(self.deps, retry_base=0.05))
             built.append(spread_rules.controller(self.deps, retry_base=0.05))
         self._running = [(c, asyncio.create_task(c.run(), name=f"it-{c.name}")) for c in built]
         try:

@@ -6,11 +6,14 @@ controller from it. Reconcilers read Kubernetes state only through `informers` (
 write through `client`; they reach vCenter only through `vsphere`, with credentials
 from `credentials`, and image services as `iso` says (trust, proxy, limits). `now`
 is the injected clock, so planners and tests never read the wall clock themselves.
+`vm_keys` serialises the controllers that act on one VM (`VmKeyLocks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -20,6 +23,7 @@ from agentforge.api import kinds
 from agentforge.kube.client import KubeClient
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
+from agentforge.kube.store import ObjectKey
 from agentforge.vsphere import IsoAccess
 
 
@@ -37,6 +41,30 @@ class CredentialsSource(Protocol):
         ...
 
 
+class VmKeyLocks:
+    """One lock per VsphereAgent key, shared by the `vm` and `ejection` controllers
+    (docs/design/0009): a pass of either holds its key's lock from its first cache read
+    to its last write, so an ejection never runs concurrently with the creation or the
+    deletion of the same VM. Passes never wait on vCenter (a started task ends the
+    pass), so a lock is held for one short pass; an unused lock is dropped."""
+
+    def __init__(self) -> None:
+        self._locks: dict[ObjectKey, asyncio.Lock] = {}
+        self._holders: dict[ObjectKey, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: ObjectKey) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._holders[key] = self._holders.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._holders[key] -= 1
+            if not self._holders[key]:
+                del self._holders[key], self._locks[key]
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -52,6 +80,8 @@ class Deps:
     workers: int = 1
     iso: IsoAccess = field(default_factory=IsoAccess)
     """How image services are reached: limits, proxy, extra trusted CAs (the flags)."""
+    vm_keys: VmKeyLocks = field(default_factory=VmKeyLocks)
+    """The per-VsphereAgent lock the `vm` and `ejection` controllers share."""
 
     def informer(self, kind: kinds.Kind) -> Informer:
         return self.informers[kind]

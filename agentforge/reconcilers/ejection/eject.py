@@ -1,4 +1,5 @@
-"""ISO ejection after installation: the `vm` controller's last step, and its deletion hook.
+"""The `ejection` controller (key: VsphereAgent): ISO ejection after installation, and the
+`vm` controller's deletion hook.
 
 What it promises (the seed's "Discovery ISO lifecycle"; decisions in `ejection_gate` and
 `ejection_decide`, steps in `ejection_run`):
@@ -23,8 +24,13 @@ What it promises (the seed's "Discovery ISO lifecycle"; decisions in `ejection_g
 * Steady state costs nothing: an Ejected, NoOwnedMedia, Disabled or waiting
   VsphereAgent makes no vSphere call and no write.
 
-The vm controller runs this under the VsphereAgent's key, so an ejection never runs
-concurrently with the creation or deletion of the same VM.
+Its own controller and queue (`controller`), with the `vm` controller's pass machinery
+and watches. Serialised with the `vm` controller's creation and deletion of the same VM
+(docs/design/0009): a pass of either holds the key's lock (`Deps.vm_keys`), and which
+one acts is decided from the stored VsphereAgent: this controller acts only on a VM
+recorded as up (`Ready=True`) and not deleting; the `vm` controller leaves a VM alone
+while `status.isoEjection` is recorded, and when it is deleting finishes that record
+itself (`finish_before_delete`) before the VM goes.
 """
 
 from __future__ import annotations
@@ -41,15 +47,19 @@ from agentforge.api.vm import VMPhase, VMReason
 from agentforge.api.vsphereagent import ISOEjectionRecord, Ownership, VsphereAgent
 from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors as kerrors
-from agentforge.kube.controller import Result
+from agentforge.kube.controller import Controller, Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.common import indexes, pool_specs
+from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.ejection import gate, run, status
 from agentforge.reconcilers.ejection.crashpoints import CrashPoint, reached
+from agentforge.reconcilers.vm import reconcile as vm_reconcile
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
-__all__ = ["Ejection"]
+__all__ = ["CONTROLLER_NAME", "Ejection", "controller"]
+
+CONTROLLER_NAME: Final = "ejection"
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +68,17 @@ E = status.EjectionEvent
 _VM_UP: Final = (VsphereAgentReason.VM_READY, VsphereAgentReason.VM_ADOPTED)
 
 
-class Ejection:
-    """The ejection step of the `vm` controller (also its `vm_delete.EjectionHook`)."""
+def controller(deps: Deps, *, retry_base: float = pool_specs.DEFAULT_RETRY_BASE) -> Controller:
+    """The `ejection` controller: its own queue keyed by VsphereAgent (see the module doc)."""
+    return vm_reconcile.controller(
+        deps, name=CONTROLLER_NAME, step=Ejection().reconcile, retry_base=retry_base
+    )
 
-    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
+
+class Ejection:
+    """The `ejection` controller's pass, and the `vm` controller's `EjectionHook`."""
+
+    async def reconcile(self, inputs: VmInputs, writer: StatusWriter) -> Result | None:
         """Resume a recorded ejection, or start one when the gate allows; never raises
         for a VsphereAgent that vanished meanwhile."""
         pool = inputs.pool
@@ -71,6 +88,8 @@ class Ejection:
             record = inputs.agent.status.iso_ejection
             if record is not None:
                 return (await _resume(inputs, writer, pool, record, finalizing=False)).result
+            if not _vm_up(inputs):
+                return None  # the vm controller's: its Ready=True write wakes this key
             return await _maybe_start(inputs, writer, pool)
         except kerrors.NotFound:
             return None
@@ -147,8 +166,7 @@ async def _maybe_start(
         pool=f"{pool.metadata.namespace}/{pool.metadata.name}",
         current=status.current_reason(inputs),
         vm_name=recorded.name if recorded else None,
-        vm_ready=bool(recorded and recorded.bios_uuid)
-        and any(inputs.shows_ready(ok=True, reason=r) for r in _VM_UP),
+        vm_ready=_vm_up(inputs),
         released=bool(recorded and recorded.phase is VMPhase.RELEASED),
         machine_deleting=_machine_deleting(inputs, pool),
         agent=agent,
@@ -251,6 +269,14 @@ async def _start(
         inputs, writer, service=service, pool=pool, record=record, vm=vm, finalizing=False
     )
     return finished.result
+
+
+def _vm_up(inputs: VmInputs) -> bool:
+    """The stored VsphereAgent records its VM as created or adopted (`Ready=True`)."""
+    recorded = inputs.agent.status.vm
+    return bool(recorded and recorded.bios_uuid) and any(
+        inputs.shows_ready(ok=True, reason=r) for r in _VM_UP
+    )
 
 
 def _result_of(exc: Exception) -> str:

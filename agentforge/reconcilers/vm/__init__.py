@@ -6,8 +6,10 @@ writes a VsphereAgent's status (`vm_context`), creation across crashes (`vm_crea
 (`vm_delete`, `vm_delete_tasks`) and the pure decisions they share (`vm_decide`).
 
 May import `agentforge.api`, `agentforge.kube`, `agentforge.vsphere`,
-`reconcilers.planning`, `reconcilers.common` and `reconcilers.waits`. The ISO ejection
-step (`reconcilers.ejection`) is handed to the controller as a value (`EjectionStep`),
-so this package does not import it; `reconcilers.ejection` may import `vm_context`
-and `vm_stamp` from here (the ejection is this controller's last step).
+`reconcilers.planning`, `reconcilers.common` and `reconcilers.waits`. The `ejection`
+controller (`reconcilers.ejection`) finishes a recorded ejection before a deletion
+through the `EjectionHook` handed to this controller as a value, so this package does
+not import it; `reconcilers.ejection` may import `context`, `stamp` and `reconcile`
+from here (it runs its passes with this controller's pass machinery and per-key lock,
+docs/design/0009).
 """

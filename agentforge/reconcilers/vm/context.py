@@ -81,8 +81,6 @@ class VcenterHandle:
     pool: VsphereAgentPool | None
     key: ObjectKey
     waits: TaskWaits = field(repr=False)
-    in_flight: bool = False
-    """The VM's creation waits on vCenter (a task, a slot, a create in the folder)."""
     _service: vsphere.VsphereService | None = field(default=None, repr=False)
 
     async def service(self) -> vsphere.VsphereService:
@@ -134,7 +132,6 @@ class VcenterHandle:
 
     def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
         """End the pass: reconciled again when `task` (recorded in status) ends."""
-        self.in_flight = True
         return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
 
 

@@ -481,7 +481,6 @@ def _failed_attempt_edit(record: CreationRecord, *, drop_task: bool = False) -> 
 async def _waiting(
     inputs: VmInputs, writer: StatusWriter, record: CreationRecord, why: str
 ) -> Result:
-    inputs.vcenter.in_flight = True
     await writer.ready(
         ok=False,
         reason=R.VM_CREATING,

@@ -7,10 +7,16 @@ Dispatch per reconcile, reading only the informer cache (0002 "VM lifecycle"):
 * no finalizer -> add `agent-forge.containeroo.ch/vsphere-agent` first;
 * pool missing -> Ready=False `PoolNotFound`, nothing in vSphere;
 * `created-for: adopted` -> `adopt.ensure_adopted` (never creates);
+* a recorded ISO ejection (`status.isoEjection`) -> nothing: the `ejection`
+  controller owns the VM until it clears the record (its write wakes this key);
 * otherwise -> `vm_create.ensure_created` (checkpoint, create, record; resume after
-  a crash by looking the VM up by recorded UUID and name);
-* then the ejection step, when one is wired (`ejection.Ejection`: resume a recorded
-  ISO ejection, or start one for an installed worker of an opted-in pool).
+  a crash by looking the VM up by recorded UUID and name).
+
+The `ejection` controller (`reconcilers.ejection`) runs its passes with this module's
+pass machinery (`VmReconciler` with its own `step`, queue, waits and name). A pass of
+either holds the key's lock (`Deps.vm_keys`) from its first cache read to its last
+write, so an ejection never runs concurrently with the creation or deletion of the same
+VM; which of the two acts is decided from the stored VsphereAgent (docs/design/0009).
 
 No worker waits on vCenter. A pass that starts a vCenter task (create, power on, power
 off, destroy, CD-ROM disconnect) records its moref and ends; the task's end reconciles
@@ -44,8 +50,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any, Final, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
@@ -65,7 +71,7 @@ from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
 from agentforge.reconcilers.waits.login_waits import LoginWaits
 from agentforge.reconcilers.waits.task_waits import TaskWaits
 
-__all__ = ["CONTROLLER_NAME", "EjectionStep", "VmReconciler", "controller"]
+__all__ = ["CONTROLLER_NAME", "Step", "VmReconciler", "controller"]
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +79,8 @@ CONTROLLER_NAME: Final = "vm"
 JsonObj = dict[str, Any]
 
 
-class EjectionStep(vm_delete.EjectionHook, Protocol):
-    """The ISO ejection feature as the vm controller runs it, after creation/adoption."""
-
-    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
-        """Resume a recorded ejection or start a new one; the requeue it needs."""
-        ...
-
-
-def _merged(first: Result | None, second: Result | None) -> Result | None:
-    """One result for two steps: a failure backs off, else the sooner requeue wins."""
-    if first is None or second is None:
-        return first or second
-    if first.requeue or second.requeue:
-        return Result(requeue=True)
-    afters = [r.requeue_after for r in (first, second) if r.requeue_after is not None]
-    return Result(requeue_after=min(afters)) if afters else None
+Step = Callable[[VmInputs, StatusWriter], Awaitable[Result | None]]
+"""What a controller does in one pass of a VsphereAgent's key (the `vm` flow by default)."""
 
 
 class VmReconciler:
@@ -96,20 +88,27 @@ class VmReconciler:
         self,
         *,
         deps: Deps,
-        ejection: EjectionStep | None = None,
+        ejection: vm_delete.EjectionHook | None = None,
         iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
+        name: str = CONTROLLER_NAME,
+        step: Step | None = None,
     ) -> None:
         self._deps = deps
+        self._step: Step = step or self._reconcile
         self._iso_quiet = iso_quiet
         self._agents = deps.informer(kinds.VSPHERE_AGENT)
         self._pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
         self._ejection = ejection
         self._wrote: Callable[[ObjectKey, str], None] | None = None
         self.waits = LoginWaits(deps.vsphere)
-        self.tasks = TaskWaits(deps.vsphere, controller=CONTROLLER_NAME)
+        self.tasks = TaskWaits(deps.vsphere, controller=name)
         self.spread = vm_spread.SpreadLedger()
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
+        async with self._deps.vm_keys.hold(key):  # one controller at a time per VM
+            return await self._pass(key)
+
+    async def _pass(self, key: ObjectKey) -> Result | None:
         raw = self._agents.get_by_key(key)
         if raw is None:
             self.tasks.forget(key)  # nothing to wait for any more: give its turn away
@@ -136,7 +135,7 @@ class VmReconciler:
             wrote=None if wrote is None else (lambda version: wrote(key, version)),
         )
         try:
-            result = await self._reconcile(inputs, writer)
+            result = await self._step(inputs, writer)
         except vsphere.LoginPending as pending:  # back when the login ends; no failure
             with contextlib.suppress(kerrors.KubeError):
                 await writer.flush()
@@ -179,17 +178,13 @@ class VmReconciler:
                 ),
             )
             return None
+        if agent.status.iso_ejection is not None:
+            return None  # the ejection controller's until it clears the record
         if adopt.is_adopted(inputs):
-            result = await adopt.ensure_adopted(inputs, writer)
-        elif (quiet := vm_create.waits_quietly_for_iso(inputs, self._iso_quiet)) is not None:
-            return quiet  # nothing written yet: not even its first ISOEjected condition
-        else:
-            result = await vm_create.ensure_created(inputs, writer)
-        if self._ejection is None or (
-            inputs.vcenter.in_flight and agent.status.iso_ejection is None
-        ):
-            return result  # (its first condition rides with the creation's last write)
-        return _merged(result, await self._ejection.reconcile(inputs=inputs, writer=writer))
+            return await adopt.ensure_adopted(inputs, writer)
+        if (quiet := vm_create.waits_quietly_for_iso(inputs, self._iso_quiet)) is not None:
+            return quiet  # nothing written yet
+        return await vm_create.ensure_created(inputs, writer)
 
     async def _add_finalizer(self, agent: VsphereAgent, writer: StatusWriter) -> bool:
         """Merge patch guarded by the cached resourceVersion: a 409 (the pool controller
@@ -235,15 +230,21 @@ def _pool_changed(old: JsonObj, new: JsonObj) -> bool:
 def controller(
     deps: Deps,
     *,
-    ejection: EjectionStep | None = None,
+    ejection: vm_delete.EjectionHook | None = None,
     retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
     iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
+    name: str = CONTROLLER_NAME,
+    step: Step | None = None,
 ) -> Controller:
     """The `vm` controller over the app's informers (see the module doc); `iso_quiet`:
-    how long a new VsphereAgent waits for its pool's ISO before saying so."""
+    how long a new VsphereAgent waits for its pool's ISO before saying so. With `name`
+    and `step`: another controller keyed by VsphereAgent with the same watches, pass
+    machinery and per-key lock (the `ejection` controller)."""
     agents = deps.informer(kinds.VSPHERE_AGENT)
     indexes.install(deps.informers)
-    reconciler = VmReconciler(deps=deps, ejection=ejection, iso_quiet=iso_quiet)
+    reconciler = VmReconciler(
+        deps=deps, ejection=ejection, iso_quiet=iso_quiet, name=name, step=step
+    )
 
     def agents_of_pool(obj: JsonObj) -> list[ObjectKey]:
         meta = obj.get("metadata") or {}
@@ -274,7 +275,7 @@ def controller(
         return f"{(raw.get('metadata') or {}).get('namespace', '')}/{pool}"
 
     built = Controller(
-        name=CONTROLLER_NAME,
+        name=name,
         reconcile=reconciler.reconcile,
         watches=[
             Watch(source=agents),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -10,8 +11,6 @@ from prometheus_client import REGISTRY
 
 from agentforge import vsphere
 from agentforge.api import kinds, names
-from agentforge.api.pool import VsphereAgentPool
-from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube.controller import Result
 from agentforge.kube.store import key_for
 from agentforge.reconcilers.ejection import eject as ejection
@@ -542,37 +541,44 @@ async def test_every_refused_attempt_is_counted_so_the_failing_alert_keeps_firin
     assert refused_ejects() == before + 2
 
 
-# --- wiring into the vm controller ---------------------------------------------------------
+# --- the ejection controller beside the vm controller -----------------------------------------
 
 
-class RecordingStep:
-    """Stands in for `Ejection` to see when the vm controller runs it."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def reconcile(self, *, inputs: VmInputs, writer: StatusWriter) -> Result | None:
-        self.calls.append(inputs.agent.metadata.name)
-        return Result(requeue_after=7.0)
-
-    async def finish_before_delete(
-        self,
-        *,
-        agent: VsphereAgent,
-        pool: VsphereAgentPool | None,
-        inputs: VmInputs,
-        writer: StatusWriter,
-    ) -> bool:
-        return True
-
-
-async def test_the_vm_controller_runs_the_ejection_step_after_the_vm_and_keeps_its_requeue() -> (
-    None
-):
-    s = installed()
-    step = RecordingStep()
-    reconciler = vm.VmReconciler(deps=s.h.deps, ejection=step)
-    result = await reconciler.reconcile(key_for(namespace=ps.NS, name=es.VA))
-    assert step.calls == [es.VA]
-    assert result == Result(requeue_after=7.0)
+async def test_the_vm_controller_leaves_a_recorded_ejection_to_the_ejection_controller() -> None:
+    s = installed(record=es.record())
+    result = await vm.VmReconciler(deps=s.h.deps, ejection=STEP).reconcile(
+        key_for(namespace=ps.NS, name=es.VA)
+    )
+    assert result is None
     assert s.service.calls == []
+    assert [c.verb for c in s.api.calls if c.verb != "get"] == []
+
+
+async def test_the_vm_and_ejection_controllers_never_run_one_key_at_once() -> None:
+    s = installed()
+    key = key_for(namespace=ps.NS, name=es.VA)
+    order: list[str] = []
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def holding(inputs: VmInputs, writer: StatusWriter) -> Result | None:
+        order.append("ejection in")
+        inside.set()
+        await release.wait()
+        order.append("ejection out")
+        return None
+
+    async def noting(inputs: VmInputs, writer: StatusWriter) -> Result | None:
+        order.append("vm")
+        return None
+
+    ejecting = asyncio.create_task(
+        vm.VmReconciler(deps=s.h.deps, name=ejection.CONTROLLER_NAME, step=holding).reconcile(key)
+    )
+    await inside.wait()
+    creating = asyncio.create_task(vm.VmReconciler(deps=s.h.deps, step=noting).reconcile(key))
+    await asyncio.sleep(0)  # the vm pass runs as far as it can: to the key's lock
+    assert order == ["ejection in"]
+    release.set()
+    await asyncio.gather(ejecting, creating)
+    assert order == ["ejection in", "ejection out", "vm"]

@@ -41,17 +41,18 @@ def status_writes(h: Harness) -> int:
     return sum(1 for c in h.api.calls if c.verb == "update-status" and c.kind == "VsphereAgent")
 
 
-async def test_the_first_pass_writes_ready_and_iso_ejected_in_one_status_write() -> None:
+async def test_the_first_pass_writes_ready_and_the_ejection_controller_waits_for_the_vm() -> None:
     h = harness(pool_obj(), vsphere_agent_obj("va1"))  # no ISO cached yet
     await reconciler(h).reconcile(KEY)
-    assert conditions(h) == {
-        "Ready": ("False", "WaitingForISO"),
-        "ISOEjected": ("False", "Disabled"),
-    }
+    assert conditions(h) == {"Ready": ("False", "WaitingForISO")}
     assert [(c.verb, c.kind) for c in h.api.calls if c.verb != "get"] == [
         ("patch", "VsphereAgent"),  # the finalizer
         ("update-status", "VsphereAgent"),
     ]
+    h.sync()
+    step = ejection.Ejection().reconcile
+    await vm.VmReconciler(deps=h.deps, name=ejection.CONTROLLER_NAME, step=step).reconcile(KEY)
+    assert status_writes(h) == 1  # nothing until the stored VsphereAgent says Ready=True
 
 
 async def test_a_new_vsphere_agent_waits_quietly_for_its_pools_iso_for_a_few_seconds() -> None:
