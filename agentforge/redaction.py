@@ -294,7 +294,9 @@ _XML_ELEMENT = re.compile(
     r"(?P<value>[^<]*)</(?P=tag)\s*>"
 )
 _CLOSING = ",;.)]}\"'\\"
-_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/-]+=*)")
+# `%` too: a percent-encoded credential is one value (and what follows it cannot turn
+# into a token path on a second pass: `Bearer x%62yapikey/y`).
+_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/%-]+=*)")
 
 
 def _url_in_text(match: re.Match[str]) -> str:

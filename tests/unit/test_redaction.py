@@ -459,6 +459,7 @@ FRAGMENTS = st.sampled_from(
 @settings(max_examples=1000)
 @given(parts=st.lists(FRAGMENTS, max_size=14))
 @example(parts=["/byapikey/", "https://", "https://", "a:b@"])  # a token that looks like a URL
+@example(parts=["Bearer ", ".", "password", "%62yapikey/", "https://"])  # encoded bearer
 def test_redaction_is_idempotent_on_credential_like_fragments(parts: list[str]) -> None:
     text = "".join(parts)
     once = redact(text)
