@@ -42,14 +42,20 @@ then the warm spare furthest along). The warm spares left keep their phase
 (Provisioning or Available, no `status.handover`): `Outcome.warm`, furthest along
 first. Fewer than wanted: `Outcome.spare_names` are created (names `naming.spare_name`
 no VsphereAgent of the pool holds); more: the least advanced are `Outcome.surplus`.
-What is left over is described in `spares` (why a VM is spare, the names to create).
+What is left over is described by `spare_reason` and `spare_names`: a VM left by an
+AgentMachine is Released with the reason its AgentMachine gave (`MachineDeleting` while
+that AgentMachine or its Machine is being deleted, `MachineDeleted` once it is gone,
+`AgentMachineServed` when it is there and got another VM). Warm spares (`spec.spares`)
+the pool lacks get names no VsphereAgent of the pool holds (the lowest indices of
+`naming.spare_name`), so a plan made twice names the same ones.
 
 Pure: no I/O, no clock. O(VMs + AgentMachines) plus two sorts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
@@ -57,7 +63,7 @@ from typing import Final
 from agentforge.api import names
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase, VMReason
-from agentforge.reconcilers.planning import spares as spares_
+from agentforge.reconcilers.planning import naming
 from agentforge.reconcilers.planning.phases import VMRecord
 from agentforge.reconcilers.planning.snapshot import (
     AgentFacts,
@@ -66,6 +72,40 @@ from agentforge.reconcilers.planning.snapshot import (
     MachineFacts,
     VsphereAgentFacts,
 )
+
+
+def spare_names(*, pool: str, held: Container[str], count: int) -> tuple[str, ...]:
+    """`count` names for new warm spares of `pool`, the lowest indices not `held`."""
+    if count <= 0:
+        return ()
+    found: list[str] = []
+    for index in itertools.count():
+        name = naming.spare_name(pool=pool, index=index)
+        if name not in held:
+            found.append(name)
+            if len(found) == count:
+                return tuple(found)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def spare_reason(
+    va: VsphereAgentFacts,
+    *,
+    agent_machines: Sequence[AgentMachineFacts],
+    machine_of_am: Mapping[str, MachineFacts],
+) -> VMReason:
+    """MachineDeleting while its AgentMachine or that one's Machine is being deleted,
+    MachineDeleted once gone, AgentMachineServed when it is there and has another VM."""
+    target = va.target or ""
+    am = next((a for a in agent_machines if a.selection == target), None)
+    name = am.name if am is not None else target
+    machine = machine_of_am.get(name)
+    if am is None:
+        return VMReason.MACHINE_DELETING if machine is not None else VMReason.MACHINE_DELETED
+    if am.deleting or (machine is not None and machine.deleting):
+        return VMReason.MACHINE_DELETING
+    return VMReason.AGENT_MACHINE_SERVED
+
 
 HANDOVER_GRACE: Final = timedelta(minutes=5)
 """How long a spare VM waits for an AgentMachine to take it before clean-up: longer
@@ -331,7 +371,7 @@ def _pair(
         if va.warm_spare:
             warm.append(va)
             continue
-        spares[va.name] = spares_.reason(
+        spares[va.name] = spare_reason(
             va, agent_machines=world.agent_machines, machine_of_am=world.machine_of_am
         )
         kept = va.handover
@@ -360,7 +400,7 @@ def _spare_names(world: World, count: int) -> tuple[str, ...]:
     if count <= 0:
         return ()
     held = {va.name for va in world.vsphere_agents} | {va.name for va in world.retiring}
-    return spares_.names(pool=world.pool_name, held=held, count=count)
+    return spare_names(pool=world.pool_name, held=held, count=count)
 
 
 def _finish(

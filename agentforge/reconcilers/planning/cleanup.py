@@ -18,23 +18,73 @@ plan whose snapshot shows the Agent without them and unbound. So the Agent's lab
 are the checkpoint: after a crash between the two steps the next plan, from the
 cache, deletes; an Agent bound meanwhile keeps its VM (Bound: capacity of the pool).
 
+**Bound Agents** (`BoundAgents`): which bound Agent is a VM, whatever matched or was
+recorded. The clean-up guard ("never the VM of a bound Agent") and the assignment ("a VM whose
+Agent is bound elsewhere serves none of our AgentMachines") ask the same question of
+the snapshot's Agents: is any bound Agent this VM, by BIOS UUID, or by MAC when no
+BIOS UUID says otherwise (`snapshot.identifies`)? Excluded and claimed Agents count
+too: binding anywhere is a fact about the VM.
+
+The index is built on first use: a pool in steady state (every VM matched, nothing
+to clean up) never pays for it.
+
 Pure: no I/O, no clock (`now` comes from the phase context).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from operator import attrgetter
 
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.planning import phases
 from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE
-from agentforge.reconcilers.planning.bound_agents import BoundAgents, blocker
 from agentforge.reconcilers.planning.phases import VMRecord
 from agentforge.reconcilers.planning.planner_actions import Deferral, Deletion, Unlabel
-from agentforge.reconcilers.planning.snapshot import AgentFacts, VsphereAgentFacts
+from agentforge.reconcilers.planning.snapshot import AgentFacts, VsphereAgentFacts, identifies
 
-__all__ = ["decide", "orphan_goes", "reason"]
+
+def blocker(agent: AgentFacts) -> str:
+    """What holds `agent`, in words."""
+    if agent.agent_machine_ref:
+        where = f"{agent.agent_machine_namespace}/" if agent.agent_machine_namespace else ""
+        return f"Agent {agent.name} is still bound to AgentMachine {where}{agent.agent_machine_ref}"
+    return f"Agent {agent.name} is still assigned to ClusterDeployment {agent.cluster_deployment}"
+
+
+class BoundAgents:
+    """The snapshot's bound Agents by BIOS UUID and MAC."""
+
+    def __init__(self, agents: Sequence[AgentFacts]) -> None:
+        self._agents = agents
+        self._by_uuid: dict[str, list[AgentFacts]] | None = None
+        self._by_mac: dict[str, list[AgentFacts]] = {}
+
+    def _build(self) -> dict[str, list[AgentFacts]]:
+        by_uuid: dict[str, list[AgentFacts]] = {}
+        for agent in sorted((a for a in self._agents if a.bound), key=attrgetter("name")):
+            if agent.bios_uuid:
+                by_uuid.setdefault(agent.bios_uuid, []).append(agent)
+            for mac in agent.macs:
+                self._by_mac.setdefault(mac, []).append(agent)
+        return by_uuid
+
+    def identifying(self, va: VsphereAgentFacts) -> AgentFacts | None:
+        """A bound Agent that is this VM by identity (the lowest name), or None."""
+        if not (va.bios_uuid or va.mac):
+            return None
+        if self._by_uuid is None:
+            self._by_uuid = self._build()
+        if va.bios_uuid and va.bios_uuid in self._by_uuid:
+            return self._by_uuid[va.bios_uuid][0]
+        for agent in self._by_mac.get(va.mac or "", ()):
+            if identifies(bios_uuid=va.bios_uuid, mac=va.mac, agent=agent):
+                return agent
+        return None
+
+
+__all__ = ["BoundAgents", "blocker", "decide", "orphan_goes", "reason"]
 
 
 def reason(record: VMRecord, ctx: phases.PhaseContext) -> str | None:

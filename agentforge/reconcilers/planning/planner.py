@@ -62,25 +62,23 @@ from agentforge.reconcilers.planning import assignment, matching, phases, pool_c
 from agentforge.reconcilers.planning import cleanup as cleanup_
 from agentforge.reconcilers.planning import demand as demand_
 from agentforge.reconcilers.planning.assignment import HANDOVER_GRACE, Creation, Handover
-from agentforge.reconcilers.planning.bound_agents import BoundAgents
+from agentforge.reconcilers.planning.cleanup import BoundAgents
 from agentforge.reconcilers.planning.demand import Counts
 from agentforge.reconcilers.planning.phases import ORPHAN_GRACE, Ref, VMRecord
 from agentforge.reconcilers.planning.planner_actions import (
     MAX_PLANNED_ACTIONS,
     Action,
+    AgentPatch,
     Decisions,
     Deferral,
     Deletion,
+    Preparation,
     Unlabel,
     actions,
-)
-from agentforge.reconcilers.planning.pool_conditions import ConditionDecision, Observed
-from agentforge.reconcilers.planning.preparation import (
-    AgentPatch,
-    Preparation,
     desired_labels,
     discriminator,
 )
+from agentforge.reconcilers.planning.pool_conditions import ConditionDecision, Observed
 from agentforge.reconcilers.planning.snapshot import (
     AgentFacts,
     AgentMachineFacts,
