@@ -11,5 +11,5 @@ The bottom layer: imports nothing else from `agentforge` but the pure `agentforg
 - `names`: every label, annotation, finalizer and VM marker name.
 - `kinds`: every resource the operator touches; `trim`: what the cache keeps of each.
 - `wire`: models to request bodies (and JSON merge patches).
-- `crdgen`, `rbac`, `docgen`: the CRDs, RBAC and API reference generated from here.
+- `crdgen`, `rbac`: the CRDs, the API reference and RBAC generated from here.
 """
