@@ -1,6 +1,6 @@
 """Every flag and environment variable of `agentforge run`, validated once at start.
 
-`Settings` (model.py, on top of base.py's `ProcessSettings`) is a pydantic-settings
+`Settings` (model.py, on top of its `ProcessSettings`) is a pydantic-settings
 model whose fields are the settings:
 each declares its flag, its default, its help and how to fix a bad value; the
 environment variable is `AGENT_FORGE_<FLAG>` (dashes become underscores). The
@@ -14,7 +14,6 @@ The value types and their text syntax (Go durations, `host:port`, quantities) ar
 in values.py.
 """
 
-from agentforge.settings.base import ENV_PREFIX, JITTER_FACTOR, Flag, ProcessSettings
 from agentforge.settings.cli import (
     IN_CLUSTER_NAMESPACE_FILE,
     OPTIONS,
@@ -24,7 +23,7 @@ from agentforge.settings.cli import (
     load,
     require_secret_namespaces,
 )
-from agentforge.settings.model import Settings
+from agentforge.settings.model import ENV_PREFIX, JITTER_FACTOR, Flag, ProcessSettings, Settings
 from agentforge.settings.values import (
     BindAddress,
     LogFormat,

@@ -26,8 +26,7 @@ from pydantic import ValidationError
 from pydantic_settings import EnvSettingsSource
 
 from agentforge.api import names
-from agentforge.settings.base import CrossFieldError, Flag
-from agentforge.settings.model import Settings
+from agentforge.settings.model import CrossFieldError, Flag, Settings
 
 __all__ = [
     "IN_CLUSTER_NAMESPACE_FILE",
