@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from agentforge import vsphere
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.waits.task_waits import TaskWaits
+from agentforge.reconcilers.waits import TaskWaits
 from agentforge.vsphere.vm import cdrom
 
 __all__ = ["TaskDriver"]

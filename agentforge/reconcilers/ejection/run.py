@@ -20,7 +20,7 @@ record, set `EjectionFailed` and retry with the queue's backoff. No worker waits
 the reconfigure (docs/design/0005): it takes a task slot of the vCenter, and while it
 runs without a question the pass ends (its moref checkpointed in the record when we
 started it); its end, or a question the VM raises meanwhile, reconciles the
-VsphereAgent again (`task_waits`), which observes afresh and carries on.
+VsphereAgent again (`waits.TaskWaits`), which observes afresh and carries on.
 """
 
 from __future__ import annotations

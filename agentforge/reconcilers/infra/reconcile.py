@@ -12,7 +12,7 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
   budget of failed logins is used up) or `VcenterUnreachable`, each with a Warning
   event and the time of the next attempt, which is when the pool looks again. A
   login still running (`vsphere.LoginPending`) is no failure: the reconcile returns
-  and the pool is reconciled again when the login ends (`login_waits`); so is every
+  and the pool is reconciled again when the login ends (`waits.LoginWaits`); so is every
   pool using the same credentials when a login with them fails.
 * **ISO cache**: re-checked when `iso_cache.check_due` says so; otherwise the key is
   requeued for exactly the moment `checkInterval` ends. A check streams the
@@ -68,7 +68,7 @@ from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_step as infra_iso
 from agentforge.reconcilers.infra import preflight as gate
-from agentforge.reconcilers.waits.login_waits import LoginWaits
+from agentforge.reconcilers.waits import LoginWaits
 
 __all__ = ["CONTROLLER_NAME", "InfraReconciler", "controller"]
 

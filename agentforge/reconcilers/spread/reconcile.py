@@ -9,7 +9,7 @@ rule is the pool's, not a VM's, so it is kept by a controller keyed by the pool:
 * **Task model (docs/design/0005).** A pass that finds a cluster's rule out of line
   starts its `ReconfigureComputeResource_Task` (`VsphereService.start_anti_affinity`),
   keeps the task's moref in memory and returns; the task's end wakes the pool
-  (`task_waits`), and the next pass reads the outcome by the moref. No worker waits.
+  (`waits.TaskWaits`), and the next pass reads the outcome by the moref. No worker waits.
   The members a succeeded task set are remembered per (pool UID, cluster), so a pool
   whose VMs did not change costs no vCenter call. After a restart nothing is
   remembered: the first pass reads each rule and changes only what differs.
@@ -50,8 +50,7 @@ from agentforge.reconcilers.common import indexes, pool_specs, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import RuleEvent
 from agentforge.reconcilers.vm.spread_choice import recorded_spot
-from agentforge.reconcilers.waits.login_waits import LoginWaits
-from agentforge.reconcilers.waits.task_waits import TaskWaits
+from agentforge.reconcilers.waits import LoginWaits, TaskWaits
 from agentforge.vsphere.model import spread
 
 __all__ = ["CONTROLLER_NAME", "RuleSync", "controller", "members_by_cluster"]

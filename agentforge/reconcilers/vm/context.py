@@ -56,7 +56,7 @@ from agentforge.reconcilers.planning import phases
 from agentforge.reconcilers.vm.spread_choice import SpreadLedger
 
 if TYPE_CHECKING:
-    from agentforge.reconcilers.waits.task_waits import Noted, TaskWaits
+    from agentforge.reconcilers.waits import Noted, TaskWaits
 
 JsonObj = dict[str, Any]
 Edit = Callable[[JsonObj], None]

@@ -2,7 +2,7 @@
 (0002 "VM lifecycle" 3-6; docs/design/0005 for the task model).
 
 Each pass does what the record says is next, starts at most one vCenter task, records
-it and returns; the task's end wakes the VsphereAgent (`task_waits`), and the next
+it and returns; the task's end wakes the VsphereAgent (`waits.TaskWaits`), and the next
 pass reads the outcome from vCenter by the recorded moref. No worker waits on a task.
 
 1. The pool must have cached its ISO (`status.iso.path`); else `WaitingForISO`, said
@@ -88,7 +88,7 @@ from agentforge.reconcilers.vm.context import (
 from agentforge.vsphere import metrics as vmetrics
 
 if TYPE_CHECKING:
-    from agentforge.reconcilers.waits.task_waits import Noted
+    from agentforge.reconcilers.waits import Noted
 
 __all__ = [
     "IN_FLIGHT_RECHECK_S",

@@ -20,11 +20,11 @@ VM; which of the two acts is decided from the stored VsphereAgent (docs/design/0
 
 No worker waits on vCenter. A pass that starts a vCenter task (create, power on, power
 off, destroy, CD-ROM disconnect) records its moref and ends; the task's end reconciles
-the key again (`task_waits`). Every vCenter task slot taken (`vsphere.TaskSlotPending`,
+the key again (`waits.TaskWaits`). Every vCenter task slot taken (`vsphere.TaskSlotPending`,
 `--vsphere-max-tasks-in-flight`), or a vCenter login that takes longer than a caller may
 wait (`vsphere.LoginPending`), ends the pass without a failure: what it learnt is
 written, and the key is reconciled again when its pool's turn for a slot comes, or when
-the login ends (`login_waits`), so neither a busy nor a black-holed vCenter holds a
+the login ends (`waits.LoginWaits`), so neither a busy nor a black-holed vCenter holds a
 worker. A VsphereAgent whose VM is recorded costs no vSphere call and no write on later
 reconciles. Watches: VsphereAgents; pools (-> their VsphereAgents, only when the pool's
 generation, UID, deletion or cached ISO path changed); Agents (-> the VsphereAgent whose
@@ -68,8 +68,7 @@ from agentforge.reconcilers.vm import create as vm_create
 from agentforge.reconcilers.vm import delete as vm_delete
 from agentforge.reconcilers.vm import spread_choice as vm_spread
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
-from agentforge.reconcilers.waits.login_waits import LoginWaits
-from agentforge.reconcilers.waits.task_waits import TaskWaits
+from agentforge.reconcilers.waits import LoginWaits, TaskWaits
 
 __all__ = ["CONTROLLER_NAME", "Step", "VmReconciler", "controller"]
 

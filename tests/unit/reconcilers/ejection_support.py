@@ -32,7 +32,7 @@ from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.ejection import decide
 from agentforge.reconcilers.ejection.decide import Device, Observation
 from agentforge.reconcilers.vm.context import StatusWriter, VcenterHandle, VmInputs
-from agentforge.reconcilers.waits.task_waits import TaskWaits
+from agentforge.reconcilers.waits import TaskWaits
 from agentforge.vsphere.vm import read_facts as vfacts
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi, Harness, harness

@@ -17,7 +17,7 @@ from agentforge.reconcilers.ejection import eject as ejection
 from agentforge.reconcilers.ejection.status import EjectionEvent
 from agentforge.reconcilers.vm import reconcile as vm
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
-from agentforge.reconcilers.waits.task_waits import TASK_RECHECK_S
+from agentforge.reconcilers.waits import TASK_RECHECK_S
 from tests.unit.reconcilers import ejection_support as es
 from tests.unit.reconcilers import planner_support as ps
 from tests.unit.reconcilers.controller_support import FakeApi

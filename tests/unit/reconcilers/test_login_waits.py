@@ -13,7 +13,7 @@ import pytest
 
 from agentforge import vsphere
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.waits.login_waits import LoginWaits
+from agentforge.reconcilers.waits import LoginWaits
 
 
 def closed_port() -> int:

@@ -7,7 +7,7 @@ import pytest
 from agentforge import vsphere
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.waits.task_waits import (
+from agentforge.reconcilers.waits import (
     SLOT_RECHECK_S,
     TASK_RECHECK_S,
     Noted,

@@ -14,7 +14,7 @@ from agentforge.kube.controller import Result
 from agentforge.reconcilers.vm import decide as vm_decide
 from agentforge.reconcilers.vm import delete_tasks as vm_delete_tasks
 from agentforge.reconcilers.vm import lookup as vm_lookup
-from agentforge.reconcilers.waits.task_waits import TASK_RECHECK_S
+from agentforge.reconcilers.waits import TASK_RECHECK_S
 from tests.unit.reconcilers import ejection_support as es
 
 TASK = "task-1"

@@ -1,12 +1,20 @@
-"""Keys waiting for a vCenter task, or for a slot to start one, woken when it comes.
+"""Keys waiting for vCenter: for a task to end or a slot to start one, for a login to end.
 
-No worker waits on vCenter. A reconcile that started a task records its moref in
-status and returns `wait_task(...)`; one that found every task slot of the vCenter
-taken (`vsphere.TaskSlotPending`) returns `wait_slot(...)`. The session registry
-reports every followed task that ended and every slot reserved for a waiting key
-(`SessionRegistry.subscribe_tasks`, one listener per controller), and the keys are
-enqueued at once, as `login_waits` does for logins. The next reconcile reads the
-task's outcome from vCenter by the recorded moref, or claims its reserved slot.
+No worker waits on vCenter (docs/design/0005-task-model.md). A reconcile that started a
+task, or found a login in flight, records its key here and returns; the session registry
+reports the end and the key is enqueued again (`TaskWaits`, `LoginWaits`). The task
+waiter itself (one PropertyCollector long poll) is `agentforge/vsphere/tasks/waiter.py`.
+
+May import `agentforge.vsphere` and `agentforge.kube` (controller results, keys); no
+controller package and not `reconcilers.common` (import-linter: the reconcilers' layers).
+
+**Tasks** (`TaskWaits`). No worker waits on vCenter. A reconcile that started a task
+records its moref in status and returns `wait_task(...)`; one that found every task slot
+of the vCenter taken (`vsphere.TaskSlotPending`) returns `wait_slot(...)`. The session
+registry reports every followed task that ended and every slot reserved for a waiting
+key (`SessionRegistry.subscribe_tasks`, one listener per controller), and the keys are
+enqueued at once, as `LoginWaits` does for logins. The next reconcile reads the task's
+outcome from vCenter by the recorded moref, or claims its reserved slot.
 
 A task whose reference no status field records (adoption's marker stamp, a created VM's
 power-on) is noted here instead (`note`, with what the next pass needs to finish: which
@@ -16,6 +24,22 @@ report that arrives before the key registered (the task ended while its referenc
 being written) is remembered for a while, so registering then wakes the key at once. A
 requeue after `TASK_RECHECK_S` / `SLOT_RECHECK_S` is the fallback should a report be
 lost; a deleted object's reservation, place in line and notes are given up (`forget`).
+
+**Logins** (`LoginWaits`). The session registry lets a caller wait for a login only
+briefly (`SessionOptions.login_wait_seconds`), then raises `vsphere.LoginPending` while
+the login goes on in the background. Holding the worker until the login ends would let
+one black-holed vCenter occupy every worker of a controller for a whole login timeout;
+returning `requeue` would spin on the rate limiter. Instead a reconcile that meets
+`LoginPending` records here which credentials it waits for (`wait`) and returns; the
+registry reports every login that ends (`SessionRegistry.subscribe`) and the waiting
+keys are enqueued again at once, as a changed Secret enqueues the pools naming it. A
+requeue after the login timeout is the fallback should a report come before the key was
+recorded.
+
+`track` (the infra controller) also remembers which credentials each key used last,
+so a failed login (a password changed in vCenter, found at a re-login after the
+session expired) brings every pool using those credentials back, not only those
+that happened to wait.
 """
 
 from __future__ import annotations
@@ -29,7 +53,7 @@ from agentforge import vsphere
 from agentforge.kube.controller import Result
 from agentforge.kube.store import ObjectKey
 
-__all__ = ["SLOT_RECHECK_S", "TASK_RECHECK_S", "Noted", "TaskWaits"]
+__all__ = ["SLOT_RECHECK_S", "TASK_RECHECK_S", "LoginWaits", "Noted", "TaskWaits"]
 
 TASK_RECHECK_S: Final = 300.0
 """A key waiting for a task looks again after this long even without news."""
@@ -38,7 +62,6 @@ SLOT_RECHECK_S: Final = 60.0
 REMEMBERED: Final = 4096
 """Ended tasks remembered for keys that register late."""
 
-Enqueue = Callable[[ObjectKey], None]
 _Task = tuple[str, str]  # (vCenter, task moref)
 
 
@@ -161,3 +184,58 @@ class TaskWaits:
     def _wake(self, key: ObjectKey) -> None:
         if self._enqueue is not None:
             self._enqueue(key)
+
+
+Enqueue = Callable[[ObjectKey], None]
+Failed = Callable[[ObjectKey], None]
+
+
+class LoginWaits:
+    def __init__(
+        self, registry: vsphere.SessionRegistry, *, on_failure: Failed | None = None
+    ) -> None:
+        self._registry = registry
+        self._waiting: dict[vsphere.SessionKey, set[ObjectKey]] = {}
+        self._users: dict[vsphere.SessionKey, set[ObjectKey]] = {}
+        self._used: dict[ObjectKey, vsphere.SessionKey] = {}
+        self._on_failure = on_failure
+        self._enqueue: Enqueue | None = None
+        registry.subscribe(self._ended)
+
+    def bind(self, enqueue: Enqueue) -> None:
+        """Where woken keys go (the controller's `enqueue`)."""
+        self._enqueue = enqueue
+
+    def wait(self, pending: vsphere.LoginPending, key: ObjectKey) -> Result:
+        """Record that `key` waits for the login of `pending`; the result to return."""
+        session_key = pending.key
+        if isinstance(session_key, vsphere.SessionKey):
+            self._waiting.setdefault(session_key, set()).add(key)
+        return Result(requeue_after=self._registry.options.login_timeout_seconds)
+
+    def track(self, key: ObjectKey, session_key: vsphere.SessionKey | None) -> None:
+        """`key` now uses the credentials `session_key` (None: none, or it is gone)."""
+        previous = self._used.pop(key, None)
+        if previous is not None:
+            users = self._users.get(previous)
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._users[previous]
+        if session_key is not None:
+            self._used[key] = session_key
+            self._users.setdefault(session_key, set()).add(key)
+
+    def _ended(
+        self, session_key: vsphere.SessionKey, failure: vsphere.SessionUnavailable | None
+    ) -> None:
+        woken = self._waiting.pop(session_key, set())
+        if failure is not None:
+            users = self._users.get(session_key, set())
+            if self._on_failure is not None:
+                for key in users:
+                    self._on_failure(key)
+            woken |= users
+        if self._enqueue is not None:
+            for key in woken:
+                self._enqueue(key)
