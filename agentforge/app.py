@@ -41,7 +41,6 @@ from prometheus_client import Info
 
 from agentforge import __version__, observability, secure_metrics, shutdown, vsphere, wiring
 from agentforge.api import kinds
-from agentforge.credentials.secret_source import SecretCredentials
 from agentforge.kube import condition_log, leader
 from agentforge.kube import config as kube_config
 from agentforge.kube.client import KubeClient, RetryPolicy
@@ -51,6 +50,7 @@ from agentforge.kube.informer import Informer
 from agentforge.reconcilers import controllers as registry
 from agentforge.reconcilers.common import event_groups
 from agentforge.reconcilers.common.deps import Deps
+from agentforge.secret_credentials import SecretCredentials
 from agentforge.settings import Settings
 from agentforge.wiring import (
     CACHED_KINDS,

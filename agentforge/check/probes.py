@@ -10,7 +10,7 @@ AgentMachines and pools belong to a NodePool, `pool_specs.placement` +
 The credentials Secret item (`secret`), by the operator's rules.
 
 The Secret is read with the caller's own kubeconfig and judged by
-`credentials.secret_rules`: `parse_credentials` for its keys and, for a Secret in
+`agentforge.secret_credentials`: `parse_credentials` for its keys and, for a Secret in
 another namespace than the pool's, the namespace boundary (it must list the pool's
 namespace in its `agent-forge.containeroo.ch/allowed-namespaces` annotation, no
 wildcard). The caller sees what their own permissions let them see: a Secret they
@@ -34,13 +34,23 @@ from agentforge import vsphere
 from agentforge.api import kinds, names, views
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check.render import Item, Status
-from agentforge.credentials import secret_rules
-from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
 from agentforge.reconcilers.common import domains as infra_domains
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.redaction import redact, redact_url
+from agentforge.secret_credentials import (
+    ALLOWED_NAMESPACES,
+    CA_BUNDLE_KEYS,
+    KEY_INSECURE,
+    KEY_PASSWORD,
+    KEY_SERVER,
+    KEY_USERNAME,
+    CredentialsError,
+    allowed_namespaces,
+    parse_credentials,
+    shared_with,
+)
 from agentforge.vsphere.iso import image_http as iso_http
 
 __all__ = [
@@ -398,11 +408,11 @@ async def _other_pools(client: KubeClient, pool: VsphereAgentPool, *, key: str) 
 
 
 _KEYS: Final = (
-    secret_rules.KEY_SERVER,
-    secret_rules.KEY_USERNAME,
-    secret_rules.KEY_PASSWORD,
-    secret_rules.KEY_INSECURE,
-    *secret_rules.CA_BUNDLE_KEYS,
+    KEY_SERVER,
+    KEY_USERNAME,
+    KEY_PASSWORD,
+    KEY_INSECURE,
+    *CA_BUNDLE_KEYS,
 )
 _DNS1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -426,11 +436,11 @@ async def secret(
             return [Item("secret", Status.FAIL, subject, "not found", fix)], None
         message = (
             f"not found (and a Secret in another namespace than the pool's is used only when "
-            f"its annotation {secret_rules.ALLOWED_NAMESPACES} lists {own})"
+            f"its annotation {ALLOWED_NAMESPACES} lists {own})"
         )
         fix = (
             f"whoever manages namespace {ns}: {create}, then annotate it with "
-            f"{secret_rules.ALLOWED_NAMESPACES}={own}; or use a Secret in namespace {own}"
+            f"{ALLOWED_NAMESPACES}={own}; or use a Secret in namespace {own}"
         )
         return [Item("secret", Status.FAIL, subject, message, fix)], None
     except errors.Forbidden as exc:
@@ -441,19 +451,17 @@ async def secret(
         return [unreadable("secret", subject, exc, "secrets")], None
     annotations = (raw.get("metadata") or {}).get("annotations") or {}
     items = _odd_entries(subject, annotations)
-    if not secret_rules.shared_with(
-        pool_namespace=own, secret_namespace=ns, annotations=annotations
-    ):
+    if not shared_with(pool_namespace=own, secret_namespace=ns, annotations=annotations):
         return [*items, _not_shared(subject, own=own, ns=ns, name=name)], None
     data: dict[str, str] = raw.get("data") or {}
     try:
-        credentials = secret_rules.parse_credentials(namespace=ns, name=name, data=data)
+        credentials = parse_credentials(namespace=ns, name=name, data=data)
     except CredentialsError as exc:
         message, fix = _problem_and_fix(str(exc), prefix=f"vSphere credentials {subject}")
         return [*items, Item("secret", Status.FAIL, subject, message, fix)], None
     found = f"keys {', '.join(k for k in _KEYS if data.get(k))}; vCenter {credentials.netloc}"
     if ns != own:
-        found = f"shared with namespace {own} ({secret_rules.ALLOWED_NAMESPACES}); {found}"
+        found = f"shared with namespace {own} ({ALLOWED_NAMESPACES}); {found}"
     if credentials.insecure:
         warning = "insecure: true, the vCenter certificate is not verified"
         fix = "put the vCenter CA in key caBundle and remove insecure"
@@ -478,7 +486,7 @@ def _share_fix(*, own: str, ns: str, name: str) -> str:
     return (
         f"whoever manages namespace {ns} adds {own} to the annotation (comma-separated), e.g. "
         f"kubectl -n {ns} annotate --overwrite secret {name} "
-        f"{secret_rules.ALLOWED_NAMESPACES}=<names already listed>,{own}; or use a Secret in "
+        f"{ALLOWED_NAMESPACES}=<names already listed>,{own}; or use a Secret in "
         f"namespace {own}"
     )
 
@@ -489,7 +497,7 @@ def _not_shared(subject: str, *, own: str, ns: str, name: str) -> Item:
         Status.FAIL,
         subject,
         f"in another namespace than the pool ({own}) and its annotation "
-        f"{secret_rules.ALLOWED_NAMESPACES} does not list {own}: the operator refuses it "
+        f"{ALLOWED_NAMESPACES} does not list {own}: the operator refuses it "
         "(VsphereReady=False, CredentialsNotShared)",
         _share_fix(own=own, ns=ns, name=name),
     )
@@ -501,7 +509,7 @@ def _unverifiable(subject: str, *, own: str, ns: str) -> Item:
         Status.FAIL,
         subject,
         f"you may not read it, so whether it exists and lists {own} in its annotation "
-        f"{secret_rules.ALLOWED_NAMESPACES} cannot be checked; the operator uses a Secret in "
+        f"{ALLOWED_NAMESPACES} cannot be checked; the operator uses a Secret in "
         "another namespace only then (else VsphereReady=False, CredentialsNotShared)",
         f"ask whoever manages namespace {ns} to check the Secret and its annotation (or run "
         f"this check with their kubeconfig), or use a Secret in namespace {own}",
@@ -509,9 +517,7 @@ def _unverifiable(subject: str, *, own: str, ns: str) -> Item:
 
 
 def _odd_entries(subject: str, annotations: dict[str, str]) -> list[Item]:
-    odd = sorted(
-        n for n in secret_rules.allowed_namespaces(annotations) if not _DNS1123_LABEL.match(n)
-    )
+    odd = sorted(n for n in allowed_namespaces(annotations) if not _DNS1123_LABEL.match(n))
     if not odd:
         return []
     return [
@@ -519,7 +525,7 @@ def _odd_entries(subject: str, annotations: dict[str, str]) -> list[Item]:
             "secret",
             Status.WARN,
             subject,
-            f"annotation {secret_rules.ALLOWED_NAMESPACES} has entries that are no namespace "
+            f"annotation {ALLOWED_NAMESPACES} has entries that are no namespace "
             f"names: {', '.join(repr(n) for n in odd)} (there is no wildcard)",
             "list each namespace that may use the Secret by name, separated by commas",
         )

@@ -25,8 +25,6 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api import kinds, names
 from agentforge.app import cache_transform
-from agentforge.credentials.secret_rules import CredentialsError
-from agentforge.credentials.secret_source import SecretCredentials
 from agentforge.kube import client as kube_client
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
@@ -39,6 +37,7 @@ from agentforge.reconcilers.pool import reconcile as pool
 from agentforge.reconcilers.scaleup import reconcile as scaleup
 from agentforge.reconcilers.spread import reconcile as spread_rules
 from agentforge.reconcilers.vm import reconcile as vm
+from agentforge.secret_credentials import CredentialsError, SecretCredentials
 from agentforge.wiring import CACHED_KINDS
 from sim.actors.waiting import eventually
 from sim.cluster_config import cluster_config

@@ -31,7 +31,6 @@ from prometheus_client import REGISTRY
 from agentforge import vsphere
 from agentforge.api import crdgen, kinds, names
 from agentforge.app import cache_transform
-from agentforge.credentials.secret_source import SecretCredentials
 from agentforge.kube import client
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller
@@ -44,6 +43,7 @@ from agentforge.reconcilers.infra import reconcile as infra
 from agentforge.reconcilers.planning import naming
 from agentforge.reconcilers.spread import reconcile as spread_rules
 from agentforge.reconcilers.vm import reconcile as vm
+from agentforge.secret_credentials import SecretCredentials
 from sim.actors.isoserver import discovery_iso
 from sim.actors.waiting import eventually
 from sim.vcsim.launcher import Vcsim

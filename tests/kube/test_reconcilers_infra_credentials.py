@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.credentials.secret_rules import (
+from agentforge.kube import client, config
+from agentforge.secret_credentials import (
     CredentialsError,
     CredentialsNotShared,
+    SecretCredentials,
     SecretUnreadable,
     not_shared,
 )
-from agentforge.credentials.secret_source import SecretCredentials
-from agentforge.kube import client, config
 from sim.actors.waiting import eventually
 from sim.controlplane.control import ProxyControl
 

@@ -15,9 +15,9 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
 from agentforge.check import rbac as check_rbac
 from agentforge.check.render import Status
-from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
 from agentforge.kube import errors as kube_errors
 from agentforge.kube.client import ListResult
+from agentforge.secret_credentials import CredentialsError, parse_credentials
 
 
 def pool(**vsphere: Any) -> VsphereAgentPool:

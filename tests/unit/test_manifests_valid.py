@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agentforge import settings
+from agentforge import secret_credentials, settings
 from agentforge.api import names
-from agentforge.credentials import secret_rules as credentials
 from scripts import validate_manifests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -334,12 +333,16 @@ def test_service_monitor_selects_the_metrics_service() -> None:
 def test_sample_secret_uses_the_keys_the_operator_reads() -> None:
     secret = _one(CONFIG / "samples" / "vsphere_credentials_secret.yaml", "Secret")
     keys = set(secret["stringData"])
-    required = {credentials.KEY_SERVER, credentials.KEY_USERNAME, credentials.KEY_PASSWORD}
+    required = {
+        secret_credentials.KEY_SERVER,
+        secret_credentials.KEY_USERNAME,
+        secret_credentials.KEY_PASSWORD,
+    }
     assert required <= keys
-    optional = {credentials.KEY_INSECURE, *credentials.CA_BUNDLE_KEYS}
+    optional = {secret_credentials.KEY_INSECURE, *secret_credentials.CA_BUNDLE_KEYS}
     assert keys - required <= optional
-    assert keys & set(credentials.CA_BUNDLE_KEYS), "the sample shows the CA bundle key"
-    assert "REPLACE" in secret["stringData"][credentials.KEY_PASSWORD]
+    assert keys & set(secret_credentials.CA_BUNDLE_KEYS), "the sample shows the CA bundle key"
+    assert "REPLACE" in secret["stringData"][secret_credentials.KEY_PASSWORD]
 
 
 def test_sample_pool_names_the_sample_secret_and_adopted_agent_names_the_pool() -> None:

@@ -27,10 +27,10 @@ from yarl import URL
 
 from agentforge import observability, redaction
 from agentforge.api import conditions
-from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
 from agentforge.kube import events
 from agentforge.reconcilers.infra.iso_cache import CheckReason
 from agentforge.redaction import REDACTED, redact, redact_url
+from agentforge.secret_credentials import CredentialsError, parse_credentials
 from agentforge.settings import LogFormat, LogLevel
 from agentforge.vsphere import faults
 from agentforge.vsphere.vmomi import vim

@@ -45,7 +45,6 @@ from agentforge.api.fields import known
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.api.vsphereagent import ISOEjectionRecord, Ownership, VsphereAgent
-from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result
 from agentforge.kube.events import EventType
@@ -55,6 +54,7 @@ from agentforge.reconcilers.ejection import gate, run, status
 from agentforge.reconcilers.ejection.crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm import reconcile as vm_reconcile
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
+from agentforge.secret_credentials import CredentialsError
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["CONTROLLER_NAME", "Ejection", "controller"]

@@ -26,9 +26,9 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
 * **Bad input** (InfraEnv missing, no ISO URL yet, the URL answering 4xx, a Secret
   without a key) sets the condition, records a Warning event naming the object and
   the fix, and changes nothing in vSphere.
-* **Credentials** come from `deps.credentials` (`secret_source`): a copy at most the
-  refresh interval old, read anew when the pool's generation changed or a failed
-  preflight is due again (a rotated password must not wait for the interval). A
+* **Credentials** come from `deps.credentials` (`agentforge.secret_credentials`): a copy
+  at most the refresh interval old, read anew when the pool's generation changed or a
+  failed preflight is due again (a rotated password must not wait for the interval). A
   Secret in another namespace that is not shared with the pool's namespace gives
   `CredentialsNotShared` with one text whatever the cause (`credentials.not_shared`);
   its event and log line are recorded when the condition first says so, not on each
@@ -54,12 +54,6 @@ from agentforge import vsphere
 from agentforge.api import conditions, kinds, names, rbac, wire
 from agentforge.api.conditions import PoolConditionType, PoolReason
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.credentials.secret_rules import (
-    CredentialsError,
-    CredentialsNamespaceNotAllowed,
-    CredentialsNotShared,
-    SecretUnreadable,
-)
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
@@ -69,6 +63,12 @@ from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_step as infra_iso
 from agentforge.reconcilers.infra import preflight as gate
 from agentforge.reconcilers.waits import LoginWaits
+from agentforge.secret_credentials import (
+    CredentialsError,
+    CredentialsNamespaceNotAllowed,
+    CredentialsNotShared,
+    SecretUnreadable,
+)
 
 __all__ = ["CONTROLLER_NAME", "InfraReconciler", "controller"]
 
@@ -90,7 +90,7 @@ rbac.needs(kinds.EVENT, "create", "patch", why="events about ISO caching and vSp
 @runtime_checkable
 class Notifying(Protocol):
     """A credentials source that reports changed Secrets and re-reads those in use
-    (`secret_source.SecretCredentials`)."""
+    (`credentials.SecretCredentials`)."""
 
     def subscribe(self, listener: Callable[[str, str], None]) -> None: ...
 

@@ -41,7 +41,6 @@ from typing import Any, Final
 from agentforge import vsphere
 from agentforge.api import kinds, names, rbac
 from agentforge.api.pool import VsphereAgentPool
-from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
@@ -51,6 +50,7 @@ from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import RuleEvent
 from agentforge.reconcilers.vm.spread_choice import recorded_spot
 from agentforge.reconcilers.waits import LoginWaits, TaskWaits
+from agentforge.secret_credentials import CredentialsError
 from agentforge.vsphere.model import spread
 
 __all__ = ["CONTROLLER_NAME", "RuleSync", "controller", "members_by_cluster"]

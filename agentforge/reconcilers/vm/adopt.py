@@ -21,7 +21,6 @@ from __future__ import annotations
 from agentforge import identity, vsphere
 from agentforge.api import names
 from agentforge.api.conditions import VsphereAgentReason
-from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.common import pool_specs
@@ -29,6 +28,7 @@ from agentforge.reconcilers.common.event_reasons import VmEvent
 from agentforge.reconcilers.vm import decide as vm_decide
 from agentforge.reconcilers.vm import stamp as vm_stamp
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs, identity_edit
+from agentforge.secret_credentials import CredentialsError
 
 __all__ = ["ensure_adopted", "is_adopted"]
 

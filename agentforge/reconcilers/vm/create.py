@@ -65,7 +65,6 @@ from agentforge import identity, vsphere
 from agentforge.api import kinds
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
-from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
@@ -85,6 +84,7 @@ from agentforge.reconcilers.vm.context import (
     is_checkpointed,
     placement_edit,
 )
+from agentforge.secret_credentials import CredentialsError
 from agentforge.vsphere import metrics as vmetrics
 
 if TYPE_CHECKING:

@@ -50,7 +50,6 @@ from agentforge.api import kinds, names, rbac, views
 from agentforge.api.conditions import VsphereAgentReason
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import VsphereAgent
-from agentforge.credentials.secret_rules import CredentialsError
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
@@ -63,6 +62,7 @@ from agentforge.reconcilers.vm import delete_tasks as vm_delete_tasks
 from agentforge.reconcilers.vm import lookup as vm_lookup
 from agentforge.reconcilers.vm import stamp as vm_stamp
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
+from agentforge.secret_credentials import CredentialsError
 
 __all__ = ["EjectionHook", "finalize", "remove_finalizer"]
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agentforge.credentials.secret_rules import CredentialsError, parse_credentials
+from agentforge.secret_credentials import CredentialsError, parse_credentials
 
 PASSWORD = "s3cr3t-Pa55word"
 

@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.credentials.secret_rules import (
+from agentforge.kube import errors
+from agentforge.secret_credentials import (
     CredentialsError,
     CredentialsNamespaceNotAllowed,
     CredentialsNotShared,
+    SecretCredentials,
     SecretUnreadable,
     allowed_namespaces,
     not_shared,
     shared_with,
 )
-from agentforge.credentials.secret_source import SecretCredentials
-from agentforge.kube import errors
 
 ANNOTATION = names.ANNOTATION_ALLOWED_NAMESPACES
 

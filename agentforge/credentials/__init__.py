@@ -1,1 +1,0 @@
-"""vSphere credentials from Kubernetes Secrets, process-wide: the Secret's rules, the cache."""
