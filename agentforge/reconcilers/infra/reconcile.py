@@ -19,8 +19,8 @@ nothing else of the pool is written here (the `pool` controller owns the rest).
   InfraEnv's image into `<isoDatastore>/<prefix>/<sha256>.iso` (conditional GET with
   the validators stored in `status.iso`: an unchanged image downloads 0 bytes), then
   prunes beyond `retainVersions` what no VM holds, and temporary uploads an
-  interrupted upload left (looked for at most once per their stale age; `iso_prune`,
-  `infra_iso`). While the last
+  interrupted upload left (looked for at most once per their stale age;
+  `iso_step`). While the last
   preflight failed the ISO step waits (VsphereReady names what to fix; retrying an
   upload against a vCenter that refuses the login only adds load).
 * **Bad input** (InfraEnv missing, no ISO URL yet, the URL answering 4xx, a Secret
@@ -40,6 +40,19 @@ Status is written once per reconcile, only when it changed. Watches: pools (spec
 force-refresh annotation, deletion), InfraEnvs (-> pools naming them), and changes
 of credentials Secrets (-> pools naming them) when the credentials source reports
 them; the source re-reads only the Secrets some pool names (`set_in_use`).
+
+**When the preflight runs** (`PreflightGate`): on change, and after failures with
+backoff. A preflight logs in and resolves every placement object of a pool: a few vCenter
+calls. Run on every reconcile it would make the steady state cost vSphere traffic
+proportional to pool status churn; never run again it would miss a fixed password.
+So the gate remembers, per pool, what the last preflight saw: the pool's generation
+and a fingerprint of the credentials (the session key's keyed digest over every
+field, kept in memory only, never written anywhere). It runs again when either
+changed, and after a failure once its backoff has passed: the time the session
+registry names for a refused or deferred login or an unreachable vCenter (so the
+pool asks again exactly when a login may be tried), else 30 s doubling to 10 min.
+A success stands until an input changes, or until `forget` (a login with the same
+credentials failed elsewhere). A restart forgets everything: one preflight per pool.
 """
 
 from __future__ import annotations
@@ -47,7 +60,8 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from agentforge import vsphere
@@ -61,7 +75,6 @@ from agentforge.reconcilers.common import domains, indexes, pool_specs, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_step as infra_iso
-from agentforge.reconcilers.infra import preflight as gate
 from agentforge.reconcilers.waits import LoginWaits
 from agentforge.secret_credentials import (
     CredentialsError,
@@ -69,6 +82,89 @@ from agentforge.secret_credentials import (
     CredentialsNotShared,
     SecretUnreadable,
 )
+
+
+def fingerprint(credentials: vsphere.Credentials) -> str:
+    """A digest that changes when any credential field changes (keyed, not reversible)."""
+    return credentials.key.digest
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    generation: int
+    credentials: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    run: bool
+    wake_at: datetime | None = None
+    """When a skipped preflight becomes due (a failure's backoff end), if ever."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    inputs: Inputs
+    ok: bool
+    failures: int
+    retry_at: datetime | None
+
+
+class PreflightGate:
+    def __init__(
+        self,
+        *,
+        initial_backoff: timedelta = timedelta(seconds=30),
+        max_backoff: timedelta = timedelta(minutes=10),
+    ) -> None:
+        self._initial = initial_backoff
+        self._max = max_backoff
+        self._seen: dict[str, _Seen] = {}
+
+    def decide(self, key: str, inputs: Inputs, *, now: datetime) -> Decision:
+        seen = self._seen.get(key)
+        if seen is None or seen.inputs != inputs:
+            return Decision(run=True)
+        if seen.ok:
+            return Decision(run=False)
+        if seen.retry_at is None or now >= seen.retry_at:
+            return Decision(run=True)
+        return Decision(run=False, wake_at=seen.retry_at)
+
+    def record(
+        self,
+        key: str,
+        inputs: Inputs,
+        *,
+        ok: bool,
+        now: datetime,
+        retry_at: datetime | None = None,
+    ) -> datetime | None:
+        """Remember an outcome; returns when a failed preflight may run again (`retry_at`
+        when given and in the future, else the gate's own backoff)."""
+        if ok:
+            self._seen[key] = _Seen(inputs=inputs, ok=True, failures=0, retry_at=None)
+            return None
+        previous = self._seen.get(key)
+        failures = previous.failures + 1 if previous and previous.inputs == inputs else 1
+        if retry_at is None or retry_at <= now:
+            retry_at = now + min(self._initial * (1 << min(failures - 1, 20)), self._max)
+        self._seen[key] = _Seen(inputs=inputs, ok=False, failures=failures, retry_at=retry_at)
+        return retry_at
+
+    def retry_due(self, key: str, *, now: datetime) -> bool:
+        """The last preflight of `key` failed and its backoff has passed."""
+        seen = self._seen.get(key)
+        return seen is not None and not seen.ok and (seen.retry_at is None or now >= seen.retry_at)
+
+    def healthy(self, key: str) -> bool:
+        """The last preflight of `key` succeeded (False when none ran)."""
+        seen = self._seen.get(key)
+        return seen is not None and seen.ok
+
+    def forget(self, key: str) -> None:
+        self._seen.pop(key, None)
+
 
 __all__ = ["CONTROLLER_NAME", "InfraReconciler", "controller"]
 
@@ -108,7 +204,7 @@ class InfraReconciler:
             limits=iso_limits,
             access=deps.iso,
         )
-        self.gate = gate.PreflightGate()
+        self.gate = PreflightGate()
         self._generations: dict[str, int] = {}  # the pool generation credentials were read for
         self.waits = LoginWaits(deps.vsphere, on_failure=self.gate.forget)
 
@@ -212,8 +308,8 @@ class InfraReconciler:
         outcome: infra_iso.Outcome,
         now: datetime,
     ) -> None:
-        inputs = gate.Inputs(
-            generation=pool.metadata.generation, credentials=gate.fingerprint(service.credentials)
+        inputs = Inputs(
+            generation=pool.metadata.generation, credentials=fingerprint(service.credentials)
         )
         decision = self.gate.decide(key, inputs, now=now)
         if not decision.run:
@@ -268,7 +364,7 @@ class InfraReconciler:
     def _domains_unusable(
         self,
         key: str,
-        inputs: gate.Inputs,
+        inputs: Inputs,
         report: domains.DomainReport,
         *,
         outcome: infra_iso.Outcome,

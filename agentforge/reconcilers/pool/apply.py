@@ -22,15 +22,27 @@
 
 The first failing call stops the plan (`StepFailed`, with the object and the fix in
 its message); the pool reconciles again with backoff. Until the cache shows the
-VsphereAgents this pass created or relabelled (`expectations.Expectations`), the pool
-is not planned again: a plan from a cache that misses them would hand over or create twice.
+VsphereAgents this pass created or relabelled (`Expectations`), the pool is not planned
+again.
+
+**Expectations**: writes a pool's last pass made that the cache does not show yet
+(client-go's expectations). A pool's plan is only as good as the cache it was made from:
+planned again before the cache shows the VsphereAgents the last pass created or
+relabelled, the planner would hand over or create a second time. So the applier records
+each such write here (name -> the selection label it must carry), and the pool is not
+planned again while the cache shows any of them without it. A write the cache never
+shows stops holding the pool back after `EXPECTATION_TIMEOUT` (the object may have been
+deleted meanwhile; the next plan sees whatever is there).
+
+The cache is read through the VsphereAgents' parsed records (`common.records`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -38,17 +50,59 @@ from agentforge.api import kinds, names, rbac
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube import errors
 from agentforge.kube.events import EventType
-from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import event_groups
+from agentforge.kube.informer import Informer
+from agentforge.kube.store import ObjectKey, key_for
+from agentforge.reconcilers.common import event_groups, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.planning import naming, planner
+from agentforge.reconcilers.planning.snapshot import VsphereAgentFacts
 from agentforge.reconcilers.pool import status as status_
 from agentforge.reconcilers.pool import vsphere_agent_create
-from agentforge.reconcilers.pool.expectations import Expectations
 from agentforge.reconcilers.pool.observed import SnapshotSource
 from agentforge.reconcilers.pool.plan_reports import summary
 
 log = logging.getLogger(__name__)
+
+EXPECTATION_TIMEOUT = 10.0
+"""Seconds after which a write the cache never showed stops holding the pool back."""
+
+
+@dataclass
+class Expectations:
+    """VsphereAgents a pool's last pass created or relabelled, until the cache shows
+    them: name -> the selection label they must carry."""
+
+    by_pool: dict[ObjectKey, tuple[float, dict[str, str]]] = field(default_factory=dict)
+
+    def expect(self, key: ObjectKey, name: str, selection: str) -> None:
+        _, wanted = self.by_pool.get(key, (0.0, {}))
+        wanted[name] = selection
+        self.by_pool[key] = (time.monotonic() + EXPECTATION_TIMEOUT, wanted)
+
+    def pending(self, key: ObjectKey, cache: Informer, namespace: str) -> list[str]:
+        """The names the cache does not show as written yet (forgotten after the timeout)."""
+        entry = self.by_pool.get(key)
+        if entry is None:
+            return []
+        deadline, wanted = entry
+        missing = [
+            name
+            for name, selection in wanted.items()
+            if _selection(cache, namespace=namespace, name=name) != selection
+        ]
+        if not missing or time.monotonic() > deadline:
+            if missing:
+                log.debug("cache never showed VsphereAgents %s of pool %s", missing, key)
+            del self.by_pool[key]
+            return []
+        return missing
+
+
+def _selection(cache: Informer, *, namespace: str, name: str) -> str | None:
+    """The selection label the cached VsphereAgent carries (None: not cached, or none)."""
+    facts = records.record(cache, key_for(namespace=namespace, name=name), VsphereAgentFacts)
+    return facts.agent_machine if facts is not None else None
+
 
 rbac.needs(
     kinds.AGENT,

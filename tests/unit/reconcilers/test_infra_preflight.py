@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentforge import vsphere
-from agentforge.reconcilers.infra.preflight import Inputs, PreflightGate, fingerprint
+from agentforge.reconcilers.infra.reconcile import Inputs, PreflightGate, fingerprint
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 A = Inputs(generation=1, credentials="fp-a")

@@ -14,7 +14,7 @@ from agentforge import vsphere
 from agentforge.api import wire
 from agentforge.api.pool import ISOHistoryEntry, ISOStatus, VsphereAgentPool
 from agentforge.api.vsphereagent import CreationRecord, Ownership, VsphereAgent
-from agentforge.reconcilers.infra import iso_prune
+from agentforge.reconcilers.infra import iso_step
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 PREFIX = "agent-forge/ns/pool"
@@ -137,8 +137,8 @@ def prune_count(result: str) -> float:
     return value or 0.0
 
 
-async def run(service: FakeService, st: ISOStatus, **kw: Any) -> iso_prune.PruneOutcome:
-    return await iso_prune.prune(
+async def run(service: FakeService, st: ISOStatus, **kw: Any) -> iso_step.PruneOutcome:
+    return await iso_step.prune(
         service=service,  # type: ignore[arg-type]
         pool=pool(),
         status=st,
@@ -170,7 +170,7 @@ async def test_nothing_is_deleted_when_usage_cannot_be_established() -> None:
         files=[path(1), path(2)],
         usage_error=vsphere.TransientError("vCenter did not answer", subject="vCenter"),
     )
-    with pytest.raises(iso_prune.PruneError, match="which VMs hold"):
+    with pytest.raises(iso_step.PruneError, match="which VMs hold"):
         await run(service, status(2, 1))
     assert service.deleted == []
     assert prune_count("transient") == before + 1
@@ -265,7 +265,7 @@ async def test_a_recent_upload_may_be_another_replicas_running_one_and_is_not_to
 
 async def test_the_stale_age_given_is_the_one_applied() -> None:
     service = FakeService(files=[path(2), UPLOAD], ages={UPLOAD: timedelta(hours=2)})
-    outcome = await iso_prune.prune(
+    outcome = await iso_step.prune(
         service=service,  # type: ignore[arg-type]
         pool=pool(),
         status=status(2),
@@ -294,7 +294,7 @@ async def test_stale_uploads_wait_while_usage_cannot_be_established() -> None:
         files=[path(2), UPLOAD],
         usage_error=vsphere.TransientError("vCenter did not answer", subject="vCenter"),
     )
-    with pytest.raises(iso_prune.PruneError):
+    with pytest.raises(iso_step.PruneError):
         await run(service, status(2))
     assert service.deleted == []
 
