@@ -46,6 +46,7 @@ from agentforge.vsphere.model.errors import (
     VcenterUnreachable,
     VsphereError,
 )
+from agentforge.vsphere.model.facts import TaskFacts, TaskState
 from agentforge.vsphere.model.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.service import VsphereService
 from agentforge.vsphere.session.credentials import AccountKey, Credentials, SessionKey
@@ -67,7 +68,6 @@ from agentforge.vsphere.vm.read_facts import (
     VmFacts,
 )
 from agentforge.vsphere.vm.resolve_placement import Placement, PlacementInvalid, Problem
-from agentforge.vsphere.vm.task_facts import TaskFacts, TaskState
 
 __all__ = [
     "UNTRUSTED_CERTIFICATE_FAULT",

@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from agentforge.vsphere.iso import datastore_files as datastore
 from agentforge.vsphere.iso import pipeline as iso
 from agentforge.vsphere.model import errors
+from agentforge.vsphere.model.facts import TaskFacts
 from agentforge.vsphere.model.markers import OwnershipMarkers
 from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.credentials import Credentials
 from agentforge.vsphere.session.registry import SessionRegistry
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks.slots import Slot
-from agentforge.vsphere.vm import cdrom, compute_cluster, provision, task_facts
+from agentforge.vsphere.vm import cdrom, compute_cluster, provision
 from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vm import read_facts as facts
 from agentforge.vsphere.vm import resolve_placement as placements
@@ -166,16 +167,16 @@ class VsphereService:
     async def follow_task(self, *, task_ref: str) -> None:
         """Report the end of a task found running (one an earlier process started)."""
         session = await self.session()
-        task_follow.follow(session, task_facts.task_ref(session, task_ref))
+        task_follow.follow(session, facts.task_ref(session, task_ref))
 
     # --- tasks --------------------------------------------------------------------
 
-    async def task(self, *, task_ref: str) -> task_facts.TaskFacts:
+    async def task(self, *, task_ref: str) -> TaskFacts:
         """Raises `NotFound` when vCenter no longer knows the task."""
-        return await task_facts.read(await self.session(), task_ref)
+        return await facts.read_task(await self.session(), task_ref)
 
-    async def creates_in_flight(self, *, placement: Placement) -> list[task_facts.TaskFacts]:
-        return await task_facts.creates_in_flight(await self.session(), placement)
+    async def creates_in_flight(self, *, placement: Placement) -> list[TaskFacts]:
+        return await facts.creates_in_flight(await self.session(), placement)
 
     # --- CD-ROM -------------------------------------------------------------------
 

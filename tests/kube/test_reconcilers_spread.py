@@ -24,7 +24,7 @@ import pytest
 from agentforge.api import kinds, wire
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, Ownership
 from agentforge.kube import client, events
-from agentforge.vsphere import props
+from agentforge.vsphere import vmomi
 from agentforge.vsphere.vmomi import vim
 from sim.actors.waiting import eventually
 from sim.controlplane.controlplane import ControlPlane
@@ -80,9 +80,9 @@ async def hosts_of_vms(world: World) -> dict[str, str]:
             content.rootFolder, [vim.VirtualMachine], True
         )
         try:
-            found = props.retrieve(
+            found = vmomi.retrieve(
                 content,
-                objects=props.object_specs(view.view),
+                objects=vmomi.object_specs(view.view),
                 props=[(vim.VirtualMachine, ["name", "runtime.host"])],
             )
         finally:
@@ -223,9 +223,9 @@ async def anti_affinity_rules(world: World, cluster: str) -> dict[str, set[str]]
 
     def read() -> dict[str, set[str]]:
         ref = content.searchIndex.FindByInventoryPath(inventoryPath=f"dc1/host/{cluster}")
-        found = props.retrieve(
+        found = vmomi.retrieve(
             content,
-            objects=props.object_specs([ref]),
+            objects=vmomi.object_specs([ref]),
             props=[(vim.ClusterComputeResource, ["configurationEx"])],
         )
         rules = getattr(found[0].props.get("configurationEx"), "rule", None) or []

@@ -12,7 +12,7 @@ from agentforge.vsphere import (
     Placement,
     VmRequest,
     VsphereService,
-    props,
+    vmomi,
 )
 from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vmomi import vim
@@ -44,9 +44,9 @@ async def raw(service: VsphereService, moid: str, *paths: str) -> dict[str, Any]
     session = await service.session()
     ref = vms.ref_of(session, moid)
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             session.content,
-            objects=props.object_specs([ref]),
+            objects=vmomi.object_specs([ref]),
             props=[(vim.VirtualMachine, list(paths))],
         ),
         subject=moid,

@@ -16,7 +16,7 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
 from agentforge.check.render import Status
 from agentforge.reconcilers.common import domains
-from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService, props
+from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService, vmomi
 from agentforge.vsphere.vmomi import vim
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 from tests.vcsim.conftest import FAST
@@ -69,9 +69,9 @@ async def datastore_free(service: VsphereService) -> dict[str, int]:
     def read() -> dict[str, int]:
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.Datastore], True)
         try:
-            found = props.retrieve(
+            found = vmomi.retrieve(
                 content,
-                objects=props.object_specs(view.view),
+                objects=vmomi.object_specs(view.view),
                 props=[(vim.Datastore, ["name", "summary.freeSpace"])],
             )
         finally:

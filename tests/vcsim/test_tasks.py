@@ -20,7 +20,7 @@ from agentforge.vsphere import (
     VmRequest,
     VsphereService,
 )
-from agentforge.vsphere.vm import task_facts
+from agentforge.vsphere.vm import read_facts
 from sim.vsphere_tasks import TaskDriver
 from tests.vcsim import support
 
@@ -166,7 +166,7 @@ async def test_a_stale_task_reference_fails_fast_and_never_stalls_the_other_wait
     await vcsim.control.set_delay("CreateVM_Task", 3000, stage="task")
 
     def wait_for_stale(moid: str) -> asyncio.Future[Any]:
-        ref = task_facts.task_ref(session, moid)
+        ref = read_facts.task_ref(session, moid)
         return asyncio.ensure_future(
             session.waiter.wait(ref, subject=f"task {moid}", action="wait for")
         )

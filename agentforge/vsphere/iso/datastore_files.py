@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from agentforge.vsphere import props
+from agentforge.vsphere import vmomi
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.model.specs import DatastoreFile, Location
 from agentforge.vsphere.session.vcenter_session import Session
@@ -57,7 +57,7 @@ async def _lookup(session: Session, where: Location) -> tuple[Any, Any, Any]:
         selectSet=[PC.TraversalSpec(name="ds", type=vim.Datacenter, path="datastore", skip=False)],
     )
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             content, objects=[spec], props=[(vim.Datastore, ["name", "browser"])]
         ),
         subject=f"datacenter {where.datacenter}",
@@ -147,13 +147,13 @@ async def vms_using(session: Session, *, where: Location) -> list[facts.VmFacts]
         selectSet=[PC.TraversalSpec(name="vms", type=vim.Datastore, path="vm", skip=False)],
     )
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             content, objects=[spec], props=[(vim.VirtualMachine, list(facts.VM_PATHS))]
         ),
         subject=f"datastore {where.datastore}",
         action="list VMs using",
     )
-    return [facts.parse_vm(f.moid, f.props) for f in found if not props.is_gone(f)]
+    return [facts.parse_vm(f.moid, f.props) for f in found if not vmomi.is_gone(f)]
 
 
 async def list_files(

@@ -4,6 +4,7 @@
 cover identity (name, BIOS and instance UUID, primary MAC), power state, ownership
 markers, every CD-ROM (device key, backing file, connection state) and a pending
 question, which is all that the reconcilers and the ejection recovery need to decide.
+A task we started is known by its `TaskFacts` (state, result, typed error).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
-from agentforge.vsphere.model import markers
+from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.model.markers import OwnershipMarkers
 
 CDROM_LOCK_MESSAGE = "msg.cdromdisconnect.locked"
@@ -81,3 +83,25 @@ class VmFacts:
 
     def cdrom(self, key: int) -> Cdrom | None:
         return next((c for c in self.cdroms if c.key == key), None)
+
+
+class TaskState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFacts:
+    moid: str
+    state: TaskState
+    description_id: str = ""
+    result_moid: str | None = None
+    """The moref of `info.result` when it is a managed object (a created VM)."""
+    error: errors.VsphereError | None = None
+    """The task's fault, typed as every other error of this layer."""
+
+    @property
+    def running(self) -> bool:
+        return self.state in (TaskState.QUEUED, TaskState.RUNNING)

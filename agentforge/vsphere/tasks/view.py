@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 import tenacity
 
-from agentforge.vsphere import props
+from agentforge.vsphere import vmomi
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.vmomi import vim
 
@@ -69,7 +69,7 @@ async def build(session: TaskHost, refs: Sequence[Any]) -> Collector:
         try:
             view = content.viewManager.CreateListView(obj=members)
             pc.CreateFilter(
-                props.view_filter_spec(
+                vmomi.view_filter_spec(
                     view, [(vim.Task, TASK_PATHS), (vim.VirtualMachine, (QUESTION_PATH,))]
                 ),
                 partialUpdates=True,
@@ -137,11 +137,11 @@ async def _known(session: TaskHost, refs: Sequence[Any]) -> set[str]:
     # A task's state; for other types (VMs) no property: the object's presence is the answer.
     wanted = [(t, ["info.state"] if t is vim.Task else []) for t in dict.fromkeys(map(type, refs))]
     fetched = await session.call(
-        lambda: props.retrieve(content, objects=props.object_specs(refs), props=wanted),
+        lambda: vmomi.retrieve(content, objects=vmomi.object_specs(refs), props=wanted),
         subject=describe(refs[0]) if len(refs) == 1 else "watched tasks",
         action="check",
     )
-    return {f.moid for f in fetched if not props.is_gone(f)}
+    return {f.moid for f in fetched if not vmomi.is_gone(f)}
 
 
 def describe(ref: Any) -> str:

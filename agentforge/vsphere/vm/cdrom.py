@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import metrics, props
+from agentforge.vsphere import metrics, vmomi
 from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
@@ -212,7 +212,7 @@ async def running_reconfigure(session: Session, ref: Any) -> Any | None:
         ],
     )
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             content, objects=[spec], props=[(vim.Task, ["info.descriptionId", "info.state"])]
         ),
         subject=f"VM {ref._moId}",

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentforge.vsphere import props
+from agentforge.vsphere import vmomi
 from agentforge.vsphere.model import errors, spread
 from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
@@ -72,9 +72,9 @@ async def cluster_hosts(
         )
     paths = ["host", "configurationEx"] if host_group else ["host"]
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             session.content,
-            objects=props.object_specs([ref]),
+            objects=vmomi.object_specs([ref]),
             props=[(vim.ClusterComputeResource, paths)],
         ),
         subject=f"compute cluster {cluster}",
@@ -87,15 +87,15 @@ async def cluster_hosts(
     if not members:
         return []
     hosts = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             session.content,
-            objects=props.object_specs(members),
+            objects=vmomi.object_specs(members),
             props=[(vim.HostSystem, _HOST_PROPS)],
         ),
         subject=f"compute cluster {cluster}",
         action="read host states of",
     )
-    return sorted((_state(h) for h in hosts if not props.is_gone(h)), key=lambda h: h.name)
+    return sorted((_state(h) for h in hosts if not vmomi.is_gone(h)), key=lambda h: h.name)
 
 
 def _in_group(cluster: str, group: str, config: Any, members: list[Any]) -> list[Any]:
@@ -113,7 +113,7 @@ def _in_group(cluster: str, group: str, config: Any, members: list[Any]) -> list
     return [h for h in members if h._moId in wanted]
 
 
-def _state(host: props.Fetched) -> HostState:
+def _state(host: vmomi.Fetched) -> HostState:
     p = host.props
     name = str(p.get("name") or host.ref._moId)
     connection = str(p.get("runtime.connectionState") or "unknown")
@@ -146,9 +146,9 @@ async def start_anti_affinity(
     if not isinstance(ref, vim.ClusterComputeResource):
         raise errors.NotFound(f"{subject} not found in datacenter {datacenter}", subject=subject)
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             session.content,
-            objects=props.object_specs([ref]),
+            objects=vmomi.object_specs([ref]),
             props=[(vim.ClusterComputeResource, ["configurationEx"])],
         ),
         subject=subject,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentforge import identity
-from agentforge.vsphere import metrics, props
+from agentforge.vsphere import metrics, vmomi
 from agentforge.vsphere.model import errors, markers
 from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
@@ -43,15 +43,15 @@ async def fetch(session: Session, refs: Sequence[Any]) -> dict[str, facts.VmFact
         return {}
     content = session.content
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             content,
-            objects=props.object_specs(refs),
+            objects=vmomi.object_specs(refs),
             props=[(vim.VirtualMachine, list(facts.VM_PATHS))],
         ),
         subject=f"{len(refs)} VM(s)",
         action="read facts of",
     )
-    got = {f.moid: facts.parse_vm(f.moid, f.props) for f in found if not props.is_gone(f)}
+    got = {f.moid: facts.parse_vm(f.moid, f.props) for f in found if not vmomi.is_gone(f)}
     for fetched in found:  # remember the moref by BIOS UUID (re-checked on every read)
         vm = got.get(fetched.moid)
         if vm is not None and vm.bios_uuid:
@@ -66,9 +66,9 @@ async def list_folder(session: Session, where: placement.Placement) -> list[fact
         return []
     content = session.content
     found = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             content,
-            objects=[props.children_spec(resolved.folder)],
+            objects=[vmomi.children_spec(resolved.folder)],
             props=[(vim.VirtualMachine, list(facts.VM_PATHS))],
         ),
         subject=f"folder {where.folder}",

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from agentforge.vsphere import props
+from agentforge.vsphere import vmomi
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.model.specs import (
     NetworkTarget,
@@ -68,7 +68,7 @@ async def inspect(
         ]
     inventory, pool, folder, host = await asyncio.gather(
         session.call(
-            lambda: props.retrieve(
+            lambda: vmomi.retrieve(
                 content, objects=[_datacenter_spec(dc)], props=_inventory_props()
             ),
             subject=f"datacenter {dc_name}",
@@ -80,9 +80,9 @@ async def inspect(
     )
     problems: list[Problem] = []
     vm_root: Any = None
-    networks: dict[str, list[props.Fetched]] = {}
-    pods: dict[str, props.Fetched] = {}
-    datastores: dict[str, props.Fetched] = {}
+    networks: dict[str, list[vmomi.Fetched]] = {}
+    pods: dict[str, vmomi.Fetched] = {}
+    datastores: dict[str, vmomi.Fetched] = {}
     free_by_moid: dict[str, int] = {}
     seen: set[str] = set()
     for item in inventory:
@@ -201,9 +201,9 @@ async def _find(session: Session, path: str) -> Any:
 
 async def _child_names(session: Session, folder: Any) -> list[str]:
     items = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             session.content,
-            objects=[props.children_spec(folder)],
+            objects=[vmomi.children_spec(folder)],
             props=[(vim.ManagedEntity, ["name"])],
         ),
         subject="root folder",
@@ -213,7 +213,7 @@ async def _child_names(session: Session, folder: Any) -> list[str]:
 
 
 async def _network(
-    session: Session, name: str, found: dict[str, list[props.Fetched]], problems: list[Problem]
+    session: Session, name: str, found: dict[str, list[vmomi.Fetched]], problems: list[Problem]
 ) -> NetworkTarget | None:
     matches = found.get(name, [])
     if not matches:
@@ -239,9 +239,9 @@ async def _network(
         return NetworkTarget(name=name, ref=item.ref)
     switch = item.props.get("config.distributedVirtualSwitch")
     uuid = await session.call(
-        lambda: props.retrieve(
+        lambda: vmomi.retrieve(
             session.content,
-            objects=props.object_specs([switch]),
+            objects=vmomi.object_specs([switch]),
             props=[(vim.DistributedVirtualSwitch, ["uuid"])],
         ),
         subject=f"switch of port group {name}",
@@ -257,8 +257,8 @@ async def _network(
 
 def _pod(
     name: str,
-    pods: dict[str, props.Fetched],
-    datastores: dict[str, props.Fetched],
+    pods: dict[str, vmomi.Fetched],
+    datastores: dict[str, vmomi.Fetched],
     problems: list[Problem],
 ) -> tuple[Any, dict[str, str]]:
     item = pods.get(name)
@@ -289,7 +289,7 @@ def _pod(
 
 
 def _single(
-    name: str, datastores: dict[str, props.Fetched], problems: list[Problem]
+    name: str, datastores: dict[str, vmomi.Fetched], problems: list[Problem]
 ) -> tuple[Any, dict[str, str]]:
     """A failure domain's single datastore: present, accessible and not full."""
     item = datastores.get(name)
@@ -311,7 +311,7 @@ def _single(
     return item.ref, {item.moid: name}
 
 
-def _iso_datastore(name: str, datastores: dict[str, props.Fetched], problems: list[Problem]) -> Any:
+def _iso_datastore(name: str, datastores: dict[str, vmomi.Fetched], problems: list[Problem]) -> Any:
     item = datastores.get(name)
     if item is None:
         problems.append(

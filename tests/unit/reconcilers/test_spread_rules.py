@@ -16,7 +16,7 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.reconcilers.spread import reconcile as spread_rules
-from agentforge.vsphere.vm.task_facts import TaskFacts, TaskState
+from agentforge.vsphere.model.facts import TaskFacts, TaskState
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
 
 DOMAINS = [

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
-from agentforge.vsphere import faults, props
+from agentforge.vsphere import faults, vmomi
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.session.vcenter_session import SessionOptions
 from agentforge.vsphere.tasks.waiter import TaskWaiter
@@ -230,7 +230,7 @@ async def waiter(server: Server, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
     def filter_spec(view: View, wanted: Any) -> Any:  # the fake view is no pyVmomi object
         return SimpleNamespace(objectSet=[SimpleNamespace(obj=view)])
 
-    monkeypatch.setattr(props, "view_filter_spec", filter_spec)
+    monkeypatch.setattr(vmomi, "view_filter_spec", filter_spec)
     waiter = TaskWaiter(session=cast(Any, FakeSession(server)))
     waiter.start()
     yield waiter
