@@ -39,8 +39,12 @@ import logging
 from typing import Final
 
 from agentforge import vsphere
-from agentforge.api import kinds, names, views
-from agentforge.api.conditions import ISOEjectedReason, VsphereAgentReason
+from agentforge.api import conditions, kinds, names, views
+from agentforge.api.conditions import (
+    ISOEjectedReason,
+    VsphereAgentConditionType,
+    VsphereAgentReason,
+)
 from agentforge.api.fields import known
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vm import VMPhase, VMReason
@@ -53,7 +57,7 @@ from agentforge.reconcilers.common.deps import Deps
 from agentforge.reconcilers.ejection import gate, run, status
 from agentforge.reconcilers.ejection.crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm import reconcile as vm_reconcile
-from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
+from agentforge.reconcilers.vm.context import Edit, JsonObj, StatusWriter, VmInputs
 from agentforge.secret_credentials import CredentialsError
 from agentforge.vsphere import metrics as vmetrics
 
@@ -93,6 +97,44 @@ class Ejection:
             return await _maybe_start(inputs, writer, pool)
         except kerrors.NotFound:
             return None
+
+    def along(self, inputs: VmInputs) -> Edit | None:
+        """The first `ISOEjected` condition, for the `vm` controller's write that records
+        the VM as up: what this controller's first pass would decide from the cache
+        (the gate's hold), set only when that write holds the VM up (`status.vm` with a
+        BIOS UUID, Ready=True VMReady/VMAdopted) and neither a condition nor a record, so
+        a new VM costs one status write less (docs/design/0009). A gate that would start
+        an ejection sets nothing: starting is this controller's."""
+        pool = inputs.pool
+        if pool is None or inputs.agent.metadata.deleting or _has_iso_condition(inputs):
+            return None
+        generation, now = inputs.agent.metadata.generation, inputs.now
+
+        def edit(obj: JsonObj) -> None:
+            stored = obj["status"]
+            vm = stored.get("vm")
+            if stored.get("isoEjection") or not isinstance(vm, dict) or not vm.get("biosUUID"):
+                return
+            if not _shows_up(stored) or _iso_condition(stored) is not None:
+                return
+            agent = _agent(inputs)
+            decision = gate.gate(
+                enabled=pool.spec.iso.eject_after_install,
+                pool=f"{pool.metadata.namespace}/{pool.metadata.name}",
+                current=None,
+                vm_name=str(vm.get("name") or "") or None,
+                vm_ready=True,
+                released=vm.get("phase") == VMPhase.RELEASED.value,
+                machine_deleting=_machine_deleting(inputs, pool),
+                agent=agent,
+                unmatched=_unmatched(inputs, pool) if agent is None else None,
+            )
+            if isinstance(decision, gate.Hold) and decision.reason is not None:
+                status.set_condition(
+                    stored, decision.reason, decision.message, now=now, generation=generation
+                )
+
+        return edit
 
     async def finish_before_delete(
         self,
@@ -269,6 +311,24 @@ async def _start(
         inputs, writer, service=service, pool=pool, record=record, vm=vm, finalizing=False
     )
     return finished.result
+
+
+def _has_iso_condition(inputs: VmInputs) -> bool:
+    return any(
+        c.type == VsphereAgentConditionType.ISO_EJECTED for c in inputs.agent.status.conditions
+    )
+
+
+def _iso_condition(stored: JsonObj) -> JsonObj | None:
+    return conditions.get_condition(stored, type=VsphereAgentConditionType.ISO_EJECTED)
+
+
+def _shows_up(stored: JsonObj) -> bool:
+    """A raw status (a write's) says Ready=True with a reason of a VM that is up."""
+    ready = conditions.get_condition(stored, type=VsphereAgentConditionType.READY)
+    if ready is None or ready.get("status") != "True":
+        return False
+    return str(ready.get("reason")) in _VM_UP
 
 
 def _vm_up(inputs: VmInputs) -> bool:

@@ -164,7 +164,7 @@ async def write(
         elif record is None:
             status.pop("isoEjection", None)
         if reason is not None:
-            _set_condition(status, reason, message, now=now, generation=generation)
+            set_condition(status, reason, message, now=now, generation=generation)
         return obj if status != before else None
 
     stored = await inputs.deps.client.update_status(
@@ -189,12 +189,12 @@ def condition_edit(
     def edit(obj: JsonObj) -> None:
         status = obj["status"]
         if same_record(parse(status.get("isoEjection")), expect):
-            _set_condition(status, reason, message, now=now, generation=generation)
+            set_condition(status, reason, message, now=now, generation=generation)
 
     return edit
 
 
-def _set_condition(
+def set_condition(
     status: JsonObj, reason: ISOEjectedReason, message: str, *, now: datetime, generation: int
 ) -> None:
     conditions.set_condition(

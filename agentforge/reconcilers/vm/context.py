@@ -200,6 +200,7 @@ class StatusWriter:
     _pending: list[Edit] = field(default_factory=list, repr=False)
     _pending_ready: Edit | None = field(default=None, repr=False)
     _latest: JsonObj | None = field(default=None, repr=False)
+    _along: tuple[Edit, ...] = field(default=(), repr=False)
 
     @classmethod
     def of(
@@ -229,6 +230,11 @@ class StatusWriter:
         """Apply `edit` with the next write of this pass, or at its end (`flush`)."""
         self._pending.append(edit)
 
+    def along(self, edit: Edit) -> None:
+        """Apply `edit` last in every write of this pass, without causing a write: it
+        sets what follows from what the write holds (as `_first_phase` does)."""
+        self._along = (*self._along, edit)
+
     @property
     def has_pending(self) -> bool:
         return bool(self._pending) or self._pending_ready is not None
@@ -246,7 +252,13 @@ class StatusWriter:
     async def write(self, *edits: Edit) -> JsonObj:
         """Apply the pending edits, then `edits`, to the fresh status (only our fields)
         in one request; returns the stored object."""
-        edits = (*self._pending, *_some(self._pending_ready), *edits, self._first_phase())
+        edits = (
+            *self._pending,
+            *_some(self._pending_ready),
+            *edits,
+            self._first_phase(),
+            *self._along,
+        )
         self._pending, self._pending_ready = [], None
         uid = self.agent.metadata.uid
 

@@ -61,7 +61,7 @@ from agentforge.reconcilers.vm import decide as vm_decide
 from agentforge.reconcilers.vm import delete_tasks as vm_delete_tasks
 from agentforge.reconcilers.vm import lookup as vm_lookup
 from agentforge.reconcilers.vm import stamp as vm_stamp
-from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
+from agentforge.reconcilers.vm.context import Edit, StatusWriter, VmInputs
 from agentforge.secret_credentials import CredentialsError
 
 __all__ = ["EjectionHook", "finalize", "remove_finalizer"]
@@ -80,7 +80,13 @@ rbac.needs(
 
 
 class EjectionHook(Protocol):
-    """Finishes a recorded ISO ejection before the VM is deleted (the ejection feature)."""
+    """The ejection feature as the `vm` controller sees it: the first `ISOEjected`
+    condition carried by the write that records a new VM as up (`along`), and a recorded
+    ejection finished before the VM is deleted."""
+
+    def along(self, inputs: VmInputs) -> Edit | None:
+        """An edit for `StatusWriter.along`, or None when the condition is there."""
+        ...
 
     async def finish_before_delete(
         self,

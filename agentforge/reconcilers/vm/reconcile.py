@@ -179,6 +179,8 @@ class VmReconciler:
             return None
         if agent.status.iso_ejection is not None:
             return None  # the ejection controller's until it clears the record
+        if self._ejection is not None and (first := self._ejection.along(inputs)) is not None:
+            writer.along(first)  # ISOEjected with the write that records the VM as up
         if adopt.is_adopted(inputs):
             return await adopt.ensure_adopted(inputs, writer)
         if (quiet := vm_create.waits_quietly_for_iso(inputs, self._iso_quiet)) is not None:
