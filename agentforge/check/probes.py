@@ -36,7 +36,6 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.check.render import Item, Status
 from agentforge.kube import errors
 from agentforge.kube.client import JsonObj, KubeClient
-from agentforge.reconcilers.common import domains as infra_domains
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.redaction import redact, redact_url
 from agentforge.secret_credentials import (
@@ -287,7 +286,7 @@ async def vsphere_preflight(
 
 async def failure_domains(service: vsphere.VsphereService, pool: VsphereAgentPool) -> list[Item]:
     """One item per failure domain in effect: resolved like the pool's placement."""
-    report = await infra_domains.inspect_domains(service, pool)
+    report = await pool_specs.inspect_domains(service, pool)
     items = [
         Item("vsphere", Status.PASS, f"failure domain {name}", "cluster, storage, network found")
         for name in report.usable

@@ -1,7 +1,7 @@
 """Failure domains against the simulator: each resolved like the pool's placement, a
 domain that cannot take VMs (cluster gone, datastore missing) named with its reason,
 never skipped silently, and each usable domain's free storage read in the same
-inventory retrieval (`reconcilers.common.domains`, `vsphere.placement`)."""
+inventory retrieval (`reconcilers.common.pool_specs`, `vsphere.placement`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.check import probes as check_probes
 from agentforge.check.render import Status
-from agentforge.reconcilers.common import domains
+from agentforge.reconcilers.common import pool_specs
 from agentforge.vsphere import Credentials, Placement, SessionRegistry, VsphereService, vmomi
 from agentforge.vsphere.vmomi import vim
 from tests.unit.api.support import MINIMAL_SPEC, pool_object
@@ -48,7 +48,7 @@ async def test_unusable_domains_are_named_with_their_reason(service: VsphereServ
             {"name": "zone-nods", "computeCluster": "cluster", "datastore": "no-such-ds"},
         ]
     )
-    report = await domains.inspect_domains(service, pool)
+    report = await pool_specs.inspect_domains(service, pool)
     assert report.usable == ("zone-a", "zone-b")
     assert [name for name, _ in report.unusable] == ["zone-gone", "zone-nods"]
     why = dict(report.unusable)
@@ -83,7 +83,7 @@ async def datastore_free(service: VsphereService) -> dict[str, int]:
 
 async def test_no_usable_domain_says_so(service: VsphereService) -> None:
     pool = _pool([{"name": "zone-gone", "computeCluster": "gone", "datastore": "ds1"}])
-    report = await domains.inspect_domains(service, pool)
+    report = await pool_specs.inspect_domains(service, pool)
     assert report.usable == ()
     assert report.message.startswith("no failure domain can take VMs: failure domain zone-gone")
 

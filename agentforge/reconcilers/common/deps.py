@@ -1,8 +1,8 @@
 """What every reconciler gets from the composition root, in one frozen value.
 
 The app builds the one `Deps` of the process (there is no other container of these)
-and, once it leads, hands it to `reconcilers.registry.controllers`, which builds every
-controller from it. Reconcilers read Kubernetes state only through `informers` (the cache) and
+and, once it leads, hands it to `reconcilers.controllers`, which builds every controller
+from it. Reconcilers read Kubernetes state only through `informers` (the cache) and
 write through `client`; they reach vCenter only through `vsphere`, with credentials
 from `credentials`, and image services as `iso` says (trust, proxy, limits). `now`
 is the injected clock, so planners and tests never read the wall clock themselves.
@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Final, Protocol
 
 from agentforge import vsphere
 from agentforge.api import kinds
@@ -24,6 +24,7 @@ from agentforge.kube.client import KubeClient
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
 from agentforge.kube.store import ObjectKey
+from agentforge.ratelimit import BucketLimiter, ItemExponentialLimiter, MaxOfLimiter
 from agentforge.vsphere import IsoAccess
 
 
@@ -85,3 +86,15 @@ class Deps:
 
     def informer(self, kind: kinds.Kind) -> Informer:
         return self.informers[kind]
+
+
+DEFAULT_RETRY_BASE: Final = 1.0
+
+
+def retry_limiter(*, base: float = DEFAULT_RETRY_BASE) -> MaxOfLimiter[ObjectKey]:
+    """Backoff for controllers whose retries reach vCenter or an image service: from
+    `base` seconds (not client-go's 5 ms) doubling to 5 min, and 10 retries/s overall."""
+    return MaxOfLimiter(
+        ItemExponentialLimiter[ObjectKey](base=base, cap=300.0),
+        BucketLimiter[ObjectKey](qps=10.0, burst=100),
+    )

@@ -9,6 +9,7 @@ cannot place: an index function that raised would stop the informer.
 |---|---|---|
 | `POOLS_BY_NODE_POOL` | pools | `<controlPlaneNamespace>/<pool ns>/<nodePoolRef>` |
 | `POOLS_BY_INFRA_ENV` | pools | `<pool ns>/<infraEnvRef>` |
+| `POOLS_BY_SECRET` | pools | `<secret ns>/<secret name>` of `spec.vsphere.credentialsSecretRef` |
 | `BY_NODE_POOL` | AgentMachines, Machines | `<own ns>/<nodePool annotation ns>/<name>` |
 | `AGENTS_BY_INFRA_ENV` | Agents | `<ns>/<InfraEnv label or owner>` |
 | `VSPHERE_AGENTS_BY_POOL` | VsphereAgents | `<ns>/<pool label>` and `<ns>/<poolRef>` |
@@ -38,7 +39,7 @@ from agentforge import identity
 from agentforge.api import kinds, names, wire
 from agentforge.api.views import parse_node_pool_annotation
 from agentforge.kube.informer import Informer
-from agentforge.kube.store import IndexFunc
+from agentforge.kube.store import IndexFunc, ObjectKey, key_for
 
 POOLS_BY_NODE_POOL: Final = "agent-forge/pools-by-node-pool"
 POOLS_BY_INFRA_ENV: Final = "agent-forge/pools-by-infra-env"
@@ -48,6 +49,7 @@ VSPHERE_AGENTS_BY_POOL: Final = "agent-forge/vsphere-agents-by-pool"
 VSPHERE_AGENTS_BY_AGENT: Final = "agent-forge/vsphere-agents-by-agent"
 AGENTS_BY_IDENTITY: Final = "agent-forge/agents-by-identity"
 VSPHERE_AGENTS_BY_IDENTITY: Final = "agent-forge/vsphere-agents-by-identity"
+POOLS_BY_SECRET: Final = "agent-forge/pools-by-credentials-secret"  # noqa: S105 - an index name
 
 JsonObj = dict[str, Any]
 
@@ -188,10 +190,33 @@ def vsphere_agent_identity_keys(va: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(key for key in found if key)
 
 
+def _pools_by_secret(obj: JsonObj) -> Iterable[str]:
+    ref = wire.get(obj, "spec", "vsphere", "credentialsSecretRef")
+    name = wire.text(wire.get(ref, "name"))
+    if not name:
+        return ()
+    namespace = wire.text(wire.get(ref, "namespace")) or wire.text(
+        wire.get(obj, "metadata", "namespace")
+    )
+    return (f"{namespace}/{name}",)
+
+
+def keys_of(objs: Iterable[JsonObj]) -> list[ObjectKey]:
+    """The keys of cached objects (what an index lookup returns), to enqueue."""
+    return [
+        key_for(
+            namespace=wire.text(wire.get(obj, "metadata", "namespace")),
+            name=obj["metadata"]["name"],
+        )
+        for obj in objs
+    ]
+
+
 INDEXES: Final[Mapping[kinds.Kind, Mapping[str, IndexFunc]]] = {
     kinds.VSPHERE_AGENT_POOL: {
         POOLS_BY_NODE_POOL: _pools_by_node_pool,
         POOLS_BY_INFRA_ENV: _pools_by_infra_env,
+        POOLS_BY_SECRET: _pools_by_secret,
     },
     kinds.AGENT_MACHINE: {BY_NODE_POOL: _by_node_pool},
     kinds.MACHINE: {BY_NODE_POOL: _by_node_pool},

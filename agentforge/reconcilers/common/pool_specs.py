@@ -2,27 +2,28 @@
 
 One translation used by the `infra` and `vm` controllers, so the folder a VM is
 created in is the folder the ISO pruner searches and the markers a VM is created
-with are the markers deletion demands. Also the cache indexes both controllers
-share (`indexes` plus one of their own, registered idempotently).
+with are the markers deletion demands.
+
+**Failure domains** (`inspect_domains`): which failure domains of a spread pool can
+take VMs, and the words that say so. Each domain of a pool with `spreadPolicy: Spread`
+is resolved like the pool's own placement (`VsphereService.preflight` with the
+domain's cluster, storage and network), and every domain that fails is named with its
+problems, so the pool's `VsphereReady` condition can say `FailureDomainUnusable`
+instead of skipping a domain silently. The same check serves `agentforge check`. The
+inventory read that checks a domain also gives each usable domain's free storage
+(`VsphereService.inspect_storage`), which a spread pool's choice uses to break ties
+between domains holding as many of its VMs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from agentforge import vsphere
-from agentforge.api import kinds
 from agentforge.api.pool import FailureDomain, VsphereAgentPool
-from agentforge.kube.informer import Informer
-from agentforge.kube.store import IndexFunc, ObjectKey, key_for
-from agentforge.ratelimit import BucketLimiter, ItemExponentialLimiter, MaxOfLimiter
-from agentforge.reconcilers.common import indexes
 from agentforge.vsphere.vm import build_specs as specs
-
-INDEX_POOLS_BY_SECRET: Final = "agentforge.reconcilers/pools-by-credentials-secret"  # noqa: S105
-"""Pools by `<secret namespace>/<secret name>` of their credentials."""
 
 
 class UnsupportedSpec(ValueError):
@@ -105,46 +106,37 @@ def markers(pool: VsphereAgentPool, *, vsphere_agent: str) -> vsphere.OwnershipM
     )
 
 
-# --- shared cache indexes ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DomainReport:
+    usable: tuple[str, ...]
+    unusable: tuple[tuple[str, str], ...]
+    """(domain name, every problem in one line) per domain that cannot take VMs."""
+    free: Mapping[str, int] = field(default_factory=dict)
+    """Free storage in bytes per usable domain (its datastore, or datastore cluster)."""
+
+    @property
+    def message(self) -> str:
+        skipped = "; ".join(f"failure domain {name}: {why}" for name, why in self.unusable)
+        if not self.usable:
+            return f"no failure domain can take VMs: {skipped}"
+        return f"new VMs go to {', '.join(self.usable)} only; skipped: {skipped}"
 
 
-def _pools_by_secret(obj: dict[str, Any]) -> Iterable[str]:
-    meta = obj.get("metadata") or {}
-    ref = ((obj.get("spec") or {}).get("vsphere") or {}).get("credentialsSecretRef") or {}
-    if not ref.get("name"):
-        return ()
-    return (f"{ref.get('namespace') or meta.get('namespace', '')}/{ref['name']}",)
-
-
-def ensure_index(informer: Informer, name: str, fn: IndexFunc) -> None:
-    """Add the index unless a controller built earlier added it already."""
-    try:
-        informer.add_index(name, fn)
-    except ValueError:
-        return
-
-
-def install_indexes(informers: Mapping[kinds.Kind, Informer]) -> None:
-    """The shared indexes (`indexes.install`) plus pools by credentials Secret."""
-    indexes.install(informers)
-    ensure_index(informers[kinds.VSPHERE_AGENT_POOL], INDEX_POOLS_BY_SECRET, _pools_by_secret)
-
-
-def keys_of(objs: Iterable[dict[str, Any]]) -> list[ObjectKey]:
-    out = []
-    for obj in objs:
-        meta = obj.get("metadata") or {}
-        out.append(key_for(namespace=meta.get("namespace"), name=meta["name"]))
-    return out
-
-
-DEFAULT_RETRY_BASE: Final = 1.0
-
-
-def retry_limiter(*, base: float = DEFAULT_RETRY_BASE) -> MaxOfLimiter[ObjectKey]:
-    """Backoff for controllers whose retries reach vCenter or an image service: from
-    `base` seconds (not client-go's 5 ms) doubling to 5 min, and 10 retries/s overall."""
-    return MaxOfLimiter(
-        ItemExponentialLimiter[ObjectKey](base=base, cap=300.0),
-        BucketLimiter[ObjectKey](qps=10.0, burst=100),
-    )
+async def inspect_domains(service: vsphere.VsphereService, pool: VsphereAgentPool) -> DomainReport:
+    """Resolve every failure domain in effect; a vCenter error counts against the domain."""
+    usable: list[str] = []
+    unusable: list[tuple[str, str]] = []
+    free: dict[str, int] = {}
+    for domain in pool.spread_domains():
+        placement = domain_placement(pool, domain)
+        try:
+            problems, free_bytes = await service.inspect_storage(placement=placement)
+        except vsphere.VsphereError as exc:
+            problems = [vsphere.Problem(subject="vCenter", message=str(exc), fix="retried")]
+            free_bytes = 0
+        if problems:
+            unusable.append((domain.name, "; ".join(str(p) for p in problems)))
+        else:
+            usable.append(domain.name)
+            free[domain.name] = free_bytes
+    return DomainReport(usable=tuple(usable), unusable=tuple(unusable), free=free)

@@ -53,7 +53,7 @@ from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.common import indexes, pool_specs
-from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.common.deps import DEFAULT_RETRY_BASE, Deps
 from agentforge.reconcilers.ejection import gate, run, status
 from agentforge.reconcilers.ejection.crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm import reconcile as vm_reconcile
@@ -72,7 +72,7 @@ E = status.EjectionEvent
 _VM_UP: Final = (VsphereAgentReason.VM_READY, VsphereAgentReason.VM_ADOPTED)
 
 
-def controller(deps: Deps, *, retry_base: float = pool_specs.DEFAULT_RETRY_BASE) -> Controller:
+def controller(deps: Deps, *, retry_base: float = DEFAULT_RETRY_BASE) -> Controller:
     """The `ejection` controller: its own queue keyed by VsphereAgent (see the module doc)."""
     return vm_reconcile.controller(
         deps, name=CONTROLLER_NAME, step=Ejection().reconcile, retry_base=retry_base

@@ -71,8 +71,8 @@ from agentforge.api.pool import VsphereAgentPool
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import domains, indexes, pool_specs, records
-from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.common import indexes, pool_specs, records
+from agentforge.reconcilers.common.deps import DEFAULT_RETRY_BASE, Deps, retry_limiter
 from agentforge.reconcilers.common.event_reasons import InfraEvent
 from agentforge.reconcilers.infra import iso_step as infra_iso
 from agentforge.reconcilers.waits import LoginWaits
@@ -333,7 +333,7 @@ class InfraReconciler:
             problems = await service.preflight(placement=where)
         except vsphere.VsphereError as exc:
             problems = [vsphere.Problem(subject="vCenter", message=str(exc), fix="retried")]
-        report = None if problems else await domains.inspect_domains(service, pool)
+        report = None if problems else await pool_specs.inspect_domains(service, pool)
         if report is not None and report.unusable:
             return self._domains_unusable(key, inputs, report, outcome=outcome, now=now)
         retry_at = self.gate.record(key, inputs, ok=not problems, now=now)
@@ -365,7 +365,7 @@ class InfraReconciler:
         self,
         key: str,
         inputs: Inputs,
-        report: domains.DomainReport,
+        report: pool_specs.DomainReport,
         *,
         outcome: infra_iso.Outcome,
         now: datetime,
@@ -463,17 +463,17 @@ def controller(
     deps: Deps,
     *,
     iso_limits: vsphere.IsoLimits | None = None,
-    retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
+    retry_base: float = DEFAULT_RETRY_BASE,
 ) -> Controller:
     """The `infra` controller over the app's informers (see the module doc)."""
     pools = deps.informer(kinds.VSPHERE_AGENT_POOL)
-    pool_specs.install_indexes(deps.informers)
+    indexes.install(deps.informers)
     reconciler = InfraReconciler(deps=deps, iso_limits=iso_limits)
 
     def pools_of_infra_env(obj: JsonObj) -> list[ObjectKey]:
         meta = obj.get("metadata") or {}
         value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        return pool_specs.keys_of(pools.by_index(indexes.POOLS_BY_INFRA_ENV, value))
+        return indexes.keys_of(pools.by_index(indexes.POOLS_BY_INFRA_ENV, value))
 
     built = Controller(
         name=CONTROLLER_NAME,
@@ -483,19 +483,19 @@ def controller(
             Watch(source=deps.informer(kinds.INFRA_ENV), map=pools_of_infra_env),
         ],
         workers=deps.workers,
-        rate_limiter=pool_specs.retry_limiter(base=retry_base),
+        rate_limiter=retry_limiter(base=retry_base),
     )
     reconciler.waits.bind(built.enqueue)
     if isinstance(deps.credentials, Notifying):
 
         def secret_changed(namespace: str, name: str) -> None:
-            for key in pool_specs.keys_of(
-                pools.by_index(pool_specs.INDEX_POOLS_BY_SECRET, f"{namespace}/{name}")
+            for key in indexes.keys_of(
+                pools.by_index(indexes.POOLS_BY_SECRET, f"{namespace}/{name}")
             ):
                 built.enqueue(key)
 
         def secret_in_use(namespace: str, name: str) -> bool:
-            return bool(pools.by_index(pool_specs.INDEX_POOLS_BY_SECRET, f"{namespace}/{name}"))
+            return bool(pools.by_index(indexes.POOLS_BY_SECRET, f"{namespace}/{name}"))
 
         deps.credentials.subscribe(secret_changed)
         deps.credentials.set_in_use(secret_in_use)

@@ -45,8 +45,8 @@ from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.events import EventType
 from agentforge.kube.store import ObjectKey
-from agentforge.reconcilers.common import indexes, pool_specs, records
-from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.common import indexes, records
+from agentforge.reconcilers.common.deps import DEFAULT_RETRY_BASE, Deps, retry_limiter
 from agentforge.reconcilers.common.event_reasons import RuleEvent
 from agentforge.reconcilers.vm.spread_choice import recorded_spot
 from agentforge.reconcilers.waits import LoginWaits, TaskWaits
@@ -362,7 +362,7 @@ def _agent_changed(old: JsonObj, new: JsonObj) -> bool:
     return watched(old) != watched(new)
 
 
-def controller(deps: Deps, *, retry_base: float = pool_specs.DEFAULT_RETRY_BASE) -> Controller:
+def controller(deps: Deps, *, retry_base: float = DEFAULT_RETRY_BASE) -> Controller:
     """The `spread-rules` controller over the app's informers (see the module doc)."""
     indexes.install(deps.informers)
     reconciler = SpreadRulesReconciler(deps)
@@ -386,7 +386,7 @@ def controller(deps: Deps, *, retry_base: float = pool_specs.DEFAULT_RETRY_BASE)
             ),
         ],
         workers=deps.workers,
-        rate_limiter=pool_specs.retry_limiter(base=retry_base),
+        rate_limiter=retry_limiter(base=retry_base),
     )
     reconciler.logins.bind(built.enqueue)
     reconciler.tasks.bind(built.enqueue)

@@ -61,8 +61,8 @@ from agentforge.api.vsphereagent import VsphereAgent
 from agentforge.kube import errors as kerrors
 from agentforge.kube.controller import Controller, Result, Watch
 from agentforge.kube.store import ObjectKey, key_for
-from agentforge.reconcilers.common import indexes, pool_specs, records
-from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.common import indexes, records
+from agentforge.reconcilers.common.deps import DEFAULT_RETRY_BASE, Deps, retry_limiter
 from agentforge.reconcilers.vm import adopt
 from agentforge.reconcilers.vm import create as vm_create
 from agentforge.reconcilers.vm import delete as vm_delete
@@ -232,7 +232,7 @@ def controller(
     deps: Deps,
     *,
     ejection: vm_delete.EjectionHook | None = None,
-    retry_base: float = pool_specs.DEFAULT_RETRY_BASE,
+    retry_base: float = DEFAULT_RETRY_BASE,
     iso_quiet: float = vm_create.WAITING_FOR_ISO_QUIET_S,
     name: str = CONTROLLER_NAME,
     step: Step | None = None,
@@ -250,7 +250,7 @@ def controller(
     def agents_of_pool(obj: JsonObj) -> list[ObjectKey]:
         meta = obj.get("metadata") or {}
         value = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        return pool_specs.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_POOL, value))
+        return indexes.keys_of(agents.by_index(indexes.VSPHERE_AGENTS_BY_POOL, value))
 
     def agents_of_agent(obj: JsonObj) -> list[ObjectKey]:
         """The VsphereAgent recording the Agent, and deleting ones whose VM it is by
@@ -264,7 +264,7 @@ def controller(
                 for va in agents.by_index(indexes.VSPHERE_AGENTS_BY_IDENTITY, key)
                 if (va.get("metadata") or {}).get("deletionTimestamp")
             ]
-        return pool_specs.keys_of(found)
+        return indexes.keys_of(found)
 
     def pool_of(key: ObjectKey) -> str:
         """The pool a VsphereAgent's key takes turns in (`WorkQueue` fairness); a key
@@ -288,7 +288,7 @@ def controller(
             Watch(source=deps.informer(kinds.AGENT), map=agents_of_agent),
         ],
         workers=deps.workers,
-        rate_limiter=pool_specs.retry_limiter(base=retry_base),
+        rate_limiter=retry_limiter(base=retry_base),
         cache=agents,
         fairness=pool_of,
     )

@@ -9,8 +9,8 @@ with:
   (`status.creation` while a creation is in flight, `status.placement` after it), plus
   the choices this process made whose checkpoints the cache does not show yet;
 - the domains' usability: each resolved like the pool's placement (the preflight,
-  `common.domains`, whose inventory read also gives each domain's free storage, the
-  domains' tie-break), and the hosts of the chosen domain's cluster (connected, not in
+  `pool_specs.inspect_domains`, whose inventory read also gives each domain's free
+  storage, the domains' tie-break), and the hosts of the chosen domain's cluster (connected, not in
   maintenance, in its host group when one is set; ties by free memory). A domain with
   no usable host is skipped like one whose datastore is full, and the choice is made
   again.
@@ -38,7 +38,7 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api.pool import FailureDomain, VsphereAgentPool
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers.common import domains, indexes
+from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.vsphere.model import spread
 
 __all__ = [
@@ -165,7 +165,7 @@ async def choose(
     spots = [s for s in cached.values() if s is not None]
     spots += ledger.pending(pool_key, cached).values()
     per_domain, per_host = _counts(spots)
-    report = await domains.inspect_domains(service, pool)
+    report = await pool_specs.inspect_domains(service, pool)
     unusable = dict(report.unusable)
     for _ in pool.spread_domains():
         buckets = [

@@ -15,7 +15,6 @@ from agentforge.api import kinds, names, views
 from agentforge.api.meta import NamespacedName
 from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.common import indexes
-from agentforge.reconcilers.common.pool_specs import INDEX_POOLS_BY_SECRET, install_indexes
 from agentforge.reconcilers.planning import matching
 from agentforge.reconcilers.planning.snapshot import Claims, agent_facts, vsphere_agent_facts
 from agentforge.reconcilers.pool import observed as pool_snapshot
@@ -251,8 +250,8 @@ def test_a_pool_of_the_same_name_and_node_pool_in_another_namespace_does_not_com
 
 def test_a_credentials_secret_is_keyed_by_namespace_and_name() -> None:
     h = harness(pool_obj(), _elsewhere(pool_obj(), "tenant-b"))
-    install_indexes(h.informers)
+    indexes.install(h.informers)
     pools = h.informers[kinds.VSPHERE_AGENT_POOL]
     for namespace in (NS, "tenant-b"):
-        found = pools.by_index(INDEX_POOLS_BY_SECRET, f"{namespace}/vsphere")
+        found = pools.by_index(indexes.POOLS_BY_SECRET, f"{namespace}/vsphere")
         assert [p["metadata"]["namespace"] for p in found] == [namespace]
