@@ -17,7 +17,6 @@ from agentforge.vsphere.iso import pipeline as iso
 from agentforge.vsphere.model import errors
 from agentforge.vsphere.model.facts import TaskFacts
 from agentforge.vsphere.model.markers import OwnershipMarkers
-from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.credentials import Credentials
 from agentforge.vsphere.session.registry import SessionRegistry
 from agentforge.vsphere.session.vcenter_session import Session
@@ -167,7 +166,7 @@ class VsphereService:
     async def follow_task(self, *, task_ref: str) -> None:
         """Report the end of a task found running (one an earlier process started)."""
         session = await self.session()
-        task_follow.follow(session, facts.task_ref(session, task_ref))
+        session.follow(facts.task_ref(session, task_ref))
 
     # --- tasks --------------------------------------------------------------------
 

@@ -23,6 +23,25 @@ Promises:
 The untyped pyVmomi surface stays here and in the modules that build specs; the rest
 of the package sees `Any` only where a managed object reference is passed through.
 
+**Following a task** (`Session.follow`) nobody waits for: its end is news for whoever
+started it.
+A controller starts a vCenter task, records its reference and returns; `follow`
+registers the task with the session's one `TaskWaiter` (the PropertyCollector long
+poll) and, when the task ends, frees its slot in the vCenter's `TaskSlots` and tells
+the session's `task_ended` listener (the registry's, which tells the controllers,
+which reconcile the object that waits for it). No coroutine waits meanwhile.
+
+Promises:
+- registration only: `follow` returns at once (or raises `VsphereError` for a closed
+  session, freeing the slot);
+- the news comes once per follow, also when the task can no longer be watched (vCenter
+  forgot it, the session was closed or its re-login failed): the listener then looks
+  at the task by its recorded reference and decides from what vCenter says;
+- a task followed without a slot (found running after a restart) is counted in the
+  cap too, so new starts make room for it;
+- with `vm`, a question the VM raises while the task runs is news too (a CD-ROM
+  disconnect blocked by the guest's lock waits for an answer, not for the task).
+
 What a session remembers between calls, one typed field per kind of thing.
 
 Managed object references are valid for one vCenter session's lifetime at most, and
@@ -55,7 +74,7 @@ from agentforge.vsphere.model.specs import Location, Placement, ResolvedPlacemen
 from agentforge.vsphere.session import connection
 from agentforge.vsphere.session.credentials import Credentials, SessionKey
 from agentforge.vsphere.session.logins import LoginGuard
-from agentforge.vsphere.tasks.slots import DEFAULT_CAP, TaskSlots
+from agentforge.vsphere.tasks.slots import DEFAULT_CAP, Slot, TaskSlots
 from agentforge.vsphere.tasks.waiter import TaskWaiter
 from agentforge.vsphere.vmomi import vim
 
@@ -132,7 +151,7 @@ class Session:
         self._retire = retire
         self.slots = slots or TaskSlots(cap=options.max_tasks_in_flight, name=credentials.netloc)
         self.task_ended = task_ended
-        """Told when a task followed through `task_follow.follow` ends."""
+        """Told when a task followed through `follow` ends."""
         self._executor = ThreadPoolExecutor(
             max_workers=options.max_workers, thread_name_prefix=f"vsphere-{credentials.host}"
         )
@@ -328,6 +347,39 @@ class Session:
         """Run a blocking helper (no vCenter call) in the pool, without rate limiting."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn)
+
+    def follow(self, task: Any, *, slot: Slot | None = None, vm: Any = None) -> str:
+        """Report the end of `task` to `task_ended` (see the module doc, "Following a
+        task"); returns its moref."""
+        moid = str(task._moId)
+        token = f"follow:{moid}"
+        slots = self.slots
+        if slot is not None:
+            slot.bind(moid)
+        elif not slots.holds(moid):
+            slots.adopt(moid)
+        where = self.key.netloc
+
+        def ended(values: dict[str, Any] | None, exc: BaseException | None) -> None:
+            slots.finished(moid)
+            if vm is not None:
+                self.waiter.unfollow(str(vm._moId), token=token)
+            if exc is not None:
+                log.info("vCenter %s: task %s can no longer be watched: %s", where, moid, exc)
+            self.task_ended(where, moid)
+
+        def asked(values: dict[str, Any] | None, exc: BaseException | None) -> None:
+            if exc is None:  # (the task's own watch reports what went wrong)
+                self.task_ended(where, moid)
+
+        try:
+            self.waiter.follow(task, token=token, ended=ended)
+            if vm is not None:
+                self.waiter.follow(vm, token=token, ended=asked, question=True)
+        except errors.VsphereError:
+            slots.finished(moid)
+            raise
+        return moid
 
     async def ping(self) -> None:
         """A cheap call (CurrentTime); logs in again if the session had expired."""

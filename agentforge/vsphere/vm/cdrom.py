@@ -4,7 +4,7 @@ Promises (DOMAIN.md section 4, the seed's ejection rules):
 - a CD-ROM is touched only when the VM carries our exact markers and the device
   holds exactly the expected backing file; otherwise a typed refusal, nothing sent;
 - the eject is a `ReconfigVM_Task` that disconnects the device and clears its
-  medium; it is started and followed (`task_follow`), never waited for: `eject`
+  medium; it is started and followed (`Session.follow`), never waited for: `eject`
   reports it `IN_PROGRESS`, and its end, or a question the VM raises meanwhile, is
   news for the caller;
 - `answer_lock_question` answers "0" (Yes) only when the VM's current question has
@@ -25,7 +25,6 @@ from typing import Any
 
 from agentforge.vsphere import metrics, vmomi
 from agentforge.vsphere.model import errors, markers
-from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks.slots import Slot
 from agentforge.vsphere.vm import build_specs as specs
@@ -133,7 +132,7 @@ async def _eject(
         subject=f"VM {got.name}",
         action="disconnect the CD-ROM of",
     )
-    task_follow.follow(session, task, slot=slot, vm=ref)
+    session.follow(task, slot=slot, vm=ref)
     return EjectOutcome(EjectState.IN_PROGRESS, ref._moId, device_key, task_id=task._moId)
 
 
@@ -192,7 +191,7 @@ async def resume(
                 task_id=running._moId,
                 question=got.question,
             )
-        task_follow.follow(session, running, vm=ref)
+        session.follow(running, vm=ref)
         return EjectOutcome(EjectState.IN_PROGRESS, got.moid, device_key, task_id=running._moId)
     if cdrom is not None and is_empty(cdrom):
         return EjectOutcome(EjectState.EJECTED, got.moid, device_key, cdrom=cdrom)

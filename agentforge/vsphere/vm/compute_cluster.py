@@ -28,7 +28,6 @@ from typing import Any
 
 from agentforge.vsphere import vmomi
 from agentforge.vsphere.model import errors, spread
-from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.vm import owned as vms
 from agentforge.vsphere.vmomi import vim
@@ -184,4 +183,4 @@ async def start_anti_affinity(
         subject=subject,
         action=f"{change.action} the anti-affinity rule {owned or name} of",
     )
-    return change, task_follow.follow(session, task)
+    return change, session.follow(task)

@@ -8,7 +8,7 @@ Rules this module keeps:
 - (creation lives in `provision`);
 - delete and stamp refuse VMs whose markers are not ours (`OwnershipMismatch`);
 - power, delete and stamp tasks are started (`start_power_on`, `start_delete`,
-  `start_stamp`) and never waited for: the task is followed (`task_follow`) and its
+  `start_stamp`) and never waited for: the task is followed (`Session.follow`) and its
   end is news for the caller, who reads its outcome by the recorded moref.
 """
 
@@ -22,7 +22,6 @@ from typing import Any
 from agentforge import identity
 from agentforge.vsphere import metrics, vmomi
 from agentforge.vsphere.model import errors, markers
-from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks.slots import Slot
 from agentforge.vsphere.vm import build_specs as specs
@@ -178,7 +177,7 @@ async def start_power_on(session: Session, ref: Any, *, subject: str, slot: Slot
             if got is None or got.power_state is not facts.PowerState.ON:
                 raise
             return None
-        return task_follow.follow(session, task, slot=slot)
+        return session.follow(task, slot=slot)
     finally:
         if slot.task is None:
             slot.release()
@@ -219,9 +218,7 @@ async def start_delete(
                     task = await session.call(
                         ref.PowerOffVM_Task, subject=subject, action="power off"
                     )
-                    return DeleteStep(
-                        "power off", task_follow.follow(session, task, slot=slot), got
-                    )
+                    return DeleteStep("power off", session.follow(task, slot=slot), got)
                 except errors.InvalidState:
                     pass  # (it is off by now: destroy it)
             try:
@@ -230,7 +227,7 @@ async def start_delete(
                 return DeleteStep("")
             if got.bios_uuid:
                 session.cache.vms.pop(got.bios_uuid, None)
-            return DeleteStep("destroy", task_follow.follow(session, task, slot=slot), got)
+            return DeleteStep("destroy", session.follow(task, slot=slot), got)
     finally:
         if slot.task is None:
             slot.release()
@@ -282,7 +279,7 @@ async def start_stamp(
                 subject=f"VM {got.name}",
                 action="stamp ownership markers on",
             )
-            return got, task_follow.follow(session, task, slot=slot)
+            return got, session.follow(task, slot=slot)
     finally:
         if slot.task is None:
             slot.release()

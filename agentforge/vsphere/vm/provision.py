@@ -1,7 +1,7 @@
 """Creating a VM: placed by Storage DRS, marked as ours, idempotent, never waited for.
 
 `start` resolves the placement, asks Storage DRS and starts `CreateVM_Task`, then
-returns its moref at once; the task is followed (`task_follow`) and its end is news
+returns its moref at once; the task is followed (`Session.follow`) and its end is news
 for the caller, who reads the outcome by the recorded moref and then `converge`s the
 VM (tags, power on: started, not waited for).
 
@@ -38,7 +38,6 @@ import aiohttp
 
 from agentforge.vsphere import metrics
 from agentforge.vsphere.model import errors, markers
-from agentforge.vsphere.session import task_follow
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks.slots import Slot
 from agentforge.vsphere.vm import build_specs as specs
@@ -105,7 +104,7 @@ async def _start(session: Session, request: VmRequest, slot: Slot) -> Started:
         )
     except errors.AlreadyExists:  # DuplicateName on the call: the folder holds the name
         return Started(existing=await _existing(session, request))
-    return Started(task=task_follow.follow(session, task, slot=slot))
+    return Started(task=session.follow(task, slot=slot))
 
 
 async def converge(session: Session, request: VmRequest, *, vm_moid: str, slot: Slot) -> str | None:

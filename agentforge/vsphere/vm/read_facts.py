@@ -14,7 +14,7 @@ it decides anything (CAPV's pattern). `read_task` returns the task's state, its
 result's moref and its typed error (`model.facts.TaskFacts`); a task vCenter no
 longer knows (tasks expire) raises `errors.NotFound`, which means "ask again by other
 keys", never "the VM is absent" and never success. Nothing here waits: the caller
-followed the task when it started it (`task_follow`) and reads it again when the
+followed the task when it started it (`Session.follow`) and reads it again when the
 news of its end came. `creates_in_flight` lists the `CreateVM_Task`s still queued or
 running in a folder (its `recentTask`); vCenter does not tell which VM name such a
 task creates, so every one of them counts as possibly ours.

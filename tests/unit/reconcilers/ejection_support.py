@@ -262,7 +262,7 @@ class FakeVsphere:
             self.end(task)
 
     def end(self, task: str) -> None:
-        """The task ends: its effect, its slot freed, and the news (as `task_follow`)."""
+        """The task ends: its effect, its slot freed, and the news (as `Session.follow`)."""
         self._ending.pop(task)()
         self.tasks[task] = vsphere.TaskState.SUCCESS
         self.registry.task_slots(SERVER).finished(task)
