@@ -167,6 +167,10 @@ func newInstanceUUID() (string, error) {
 }
 
 func run(o *options) error {
+	// The parent is read before anything else: read after the ready line, a parent
+	// killed as soon as it saw that line would already be gone, and the changed parent
+	// never noticed.
+	parent := os.Getppid()
 	simulator.Trace = o.trace
 	simulator.TraceFile = os.Stderr
 
@@ -281,7 +285,7 @@ func run(o *options) error {
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	parentGone := make(chan struct{})
 	if o.exitWithParent {
-		go watchParent(ctx, parentGone)
+		go watchParent(ctx, parent, parentGone)
 	}
 	select {
 	case sig := <-signals:
@@ -329,9 +333,9 @@ func workDir(dir string) (string, func(), error) {
 	return tmp, func() { _ = os.RemoveAll(tmp) }, nil
 }
 
-// watchParent closes gone once this process has been re-parented (its parent exited).
-func watchParent(ctx context.Context, gone chan<- struct{}) {
-	parent := os.Getppid()
+// watchParent closes gone once this process has been re-parented (parent, its parent at
+// start, exited).
+func watchParent(ctx context.Context, parent int, gone chan<- struct{}) {
 	ticker := time.NewTicker(250 * time.Millisecond)
 	defer ticker.Stop()
 	for {
