@@ -9,6 +9,10 @@ PY := $(VENV)/bin/python
 BIN := .build/bin
 IMG ?= agent-forge:dev
 PYTEST_ARGS ?=
+# pytest-xdist workers: each starts its own control plane, vcsim and operators on its own
+# ports and temp dirs; worksteal keeps both busy when a long e2e test lands late
+PYTEST_JOBS ?= 2
+PYTEST := $(PY) -m pytest -n $(PYTEST_JOBS) --dist worksteal
 KEEP ?=
 
 .DEFAULT_GOAL := help
@@ -89,23 +93,23 @@ manifests-check: venv ## fail when committed manifests differ from the code
 
 .PHONY: test
 test: tools lint manifests-check ## everything: lint, unit, packaging, control plane, vcsim and e2e suites
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: venv ## unit tests only: the virtualenv alone, no Go-built tool
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
 .PHONY: test-packaging
 test-packaging: venv controlplane packaging-tools ## config/ through kustomize and kubectl, the bundle, the chart
-	$(PY) -m pytest tests/packaging $(PYTEST_ARGS)
+	$(PYTEST) tests/packaging $(PYTEST_ARGS)
 
 .PHONY: test-vcsim
 test-vcsim: venv vcsim ## vSphere layer against the simulator
-	$(PY) -m pytest tests/vcsim $(PYTEST_ARGS)
+	$(PYTEST) tests/vcsim $(PYTEST_ARGS)
 
 .PHONY: test-e2e
 test-e2e: tools ## the real operator process against control plane + vcsim + actors
-	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+	$(PYTEST) tests/e2e $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: tools ## run benchmarks, write bench/results/latest.md

@@ -247,6 +247,11 @@ class WorkQueue(Generic[K]):
     def processing(self) -> frozenset[K]:
         return frozenset(self._processing)
 
+    @property
+    def delayed(self) -> frozenset[K]:
+        """Keys added with a delay (`add_after`, `add_rate_limited`) not due yet."""
+        return frozenset(self._delayed)
+
     def unfinished_work_seconds(self) -> float:
         now = self._clock()
         return sum(max(now - started, 0.0) for started in self._processing.values())

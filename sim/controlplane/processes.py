@@ -26,17 +26,36 @@ class StartupError(RuntimeError):
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports on 127.0.0.1 that were free a moment ago (the OS picks).
+    """`count` distinct TCP ports on 127.0.0.1, each kept from the OS's own picks for a
+    minute so the component that is handed it can still bind it.
 
-    All sockets stay bound until every port is chosen, so the ports differ.
+    A port merely found free and released can be handed out again at once: to another
+    pytest worker, a parallel test run or any process binding port 0 or connecting out
+    between this call and the component's bind (seconds later for kube-apiserver,
+    which starts once etcd is healthy). Each port is left in TIME_WAIT instead (a
+    connection to it is accepted and closed from the listening side first): the kernel
+    then picks it neither for a bind to port 0 nor for an outgoing connection, while a
+    server that sets SO_REUSEADDR, as Go's listeners (etcd, kube-apiserver) and
+    asyncio's (the fault proxy) do, binds it at once.
     """
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
+    ports: list[int] = []
+    while len(ports) < count:
+        port = _reserve_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _reserve_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        address = listener.getsockname()
+        with socket.create_connection(address):
+            accepted, _ = listener.accept()
+            accepted.close()  # the listening side closes first: its end waits in TIME_WAIT
+        return int(address[1])
 
 
 def log_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:

@@ -33,7 +33,11 @@ def _reconciles(controller: str) -> float:
 
 
 async def _idle(op: Operator) -> bool:
-    return all(len(c.queue) == 0 and not c.queue.processing for c in op.controllers)
+    """No key queued, in a pass, or due later: a routine status change the pacer holds
+    back (FAST_STATUS_INTERVAL_S) is a delayed key, written when it is due."""
+    return all(
+        len(c.queue) == 0 and not c.queue.processing and not c.queue.delayed for c in op.controllers
+    )
 
 
 async def _condition(world: World, type_: str, status: str) -> dict[str, Any] | None:

@@ -73,8 +73,10 @@ async def test_add_after_adds_the_key_when_its_delay_expires() -> None:
     start = loop.time()
     q.add_after("a", 5.0)
     assert len(q) == 0
+    assert q.delayed == {"a"}, "waiting for its time: not queued, yet not idle"
     assert await q.get() == "a"
     assert loop.time() - start == pytest.approx(5.0)
+    assert q.delayed == frozenset()
 
 
 @pytest.mark.looptime
