@@ -2,15 +2,19 @@
 
 1. Agent preparation patches (merge patches of the differing fields only), except
    those that follow a hand-over record this plan writes (step 6); then clean-up's
-   first step (`planner.Unlabel`): the pool's labels removed from a VM's unbound Agent,
-   conditional on the version the plan saw (a 409: it changed, perhaps bound: planned
-   again). The VM is deleted by a later plan that sees the labels gone.
+   first step (`planner.Unlabel`): the pool's labels removed from a VM's unbound Agent
+   and its approval withdrawn, in one patch conditional on the version the plan saw
+   (a 409: it changed, perhaps bound: planned again). The VM is deleted by a later
+   plan that sees the labels gone.
 2. Clean-up: VsphereAgent deletions (UID precondition: a re-created object of the
    same name is never hit).
 3. Each VsphereAgent's `status.vm` phase fields and `status.handover`, written only
    where they differ from the cache. A hand-over's record is written here, and the
    stored version is what the next step builds on: the checkpoint precedes every
-   effect of the hand-over.
+   effect of the hand-over. The VM record of a VM whose Agent step 1 unlabelled is
+   not written: it only marks progress (`Released`, `MachineDeleted`) of a VM the next
+   plan deletes, and that plan derives the same record from the cache again (the
+   Agent's labels are the clean-up's checkpoint).
 4. Hand-overs: the VsphereAgent's selection label moves to the new AgentMachine, as a
    merge patch conditional on the version that carries the record (a 409 means it
    changed meanwhile: the next pass decides again).
@@ -217,7 +221,8 @@ class PlanApplier:
                 + summary([f"{d.vsphere_agent} ({d.reason})" for d in plan.deletions]),
                 False,
             )
-        owned, stored = await self._write_vms(pool, plan, skip=deleted)
+        going = {unlabel.vsphere_agent for unlabel in plan.unlabels}
+        owned, stored = await self._write_vms(pool, plan, skip=deleted, going=going)
         requeue = await self._hand_over(key, pool, pool_obj, plan, stored)
         await self._create(key, pool, plan)
         await self._create_spares(key, pool, pool_obj, plan)
@@ -246,7 +251,8 @@ class PlanApplier:
                     f"{unlabel.agent} before deleting VM {unlabel.vm}: {exc}; {hint(exc)}",
                     forbidden=isinstance(exc, errors.Forbidden),
                 ) from exc
-            log.info("removed the labels %s from Agent %s/%s: no AgentMachine can bind it, "
+            log.info("removed the labels %s from Agent %s/%s and unapproved it: no "
+                     "AgentMachine can bind it, "
                      "VM %s is deleted next (%s)", ", ".join(unlabel.labels), namespace,
                      unlabel.agent, unlabel.vm, unlabel.reason)  # fmt: skip
         return changed
@@ -265,10 +271,11 @@ class PlanApplier:
                 prepared.append(f"{patch.agent} (VM {patch.vm})")
 
     async def _write_vms(
-        self, pool: VsphereAgentPool, plan: planner.Plan, *, skip: set[str]
+        self, pool: VsphereAgentPool, plan: planner.Plan, *, skip: set[str], going: set[str]
     ) -> tuple[list[JsonObj], dict[str, str]]:
-        """Write the changed VM records; the `ownedVMs` entries, and the resourceVersion
-        each written VsphereAgent was stored with."""
+        """Write the changed VM records (not the VM record of those `going`: progress
+        only); the `ownedVMs` entries, and the resourceVersion each written VsphereAgent
+        was stored with."""
         namespace = pool.metadata.namespace
         where = status_.RefNamespaces(agents=namespace, machines=pool.spec.control_plane_namespace)
         owned: list[JsonObj] = []
@@ -281,7 +288,10 @@ class PlanApplier:
             recorded = self._source.handover(namespace=namespace, name=record.vsphere_agent)
             # A VsphereAgent without a VM record yet gets its first phase with the `vm`
             # controller's first write (`phases.initial`): no VM write here then.
-            if (wire != previous and previous) or recorded != status_.handover_wire(record):
+            progress = record.vsphere_agent in going
+            if (wire != previous and previous and not progress) or recorded != (
+                status_.handover_wire(record)
+            ):
                 written: JsonObj | None = None
 
                 async def write(record: planner.VMRecord = record) -> None:

@@ -17,7 +17,8 @@ Order, each step finished before the next:
    its identity contradicts the VM's. Asked again with the identity vSphere reports
    once the VM is found. The unbound ones of the VsphereAgent's namespace are the
    VM's Agents: each is unapproved with an optimistic lock first, so CAPI cannot
-   bind it while its VM is being deleted.
+   bind it while its VM is being deleted (a pool's clean-up has done so already,
+   with its unlabelling: then there is nothing to patch).
 4. A creation record (`status.creation`: a create was started and not yet recorded
    as done) is resumed first, as a restart resumes it: while the recorded task, or
    any `CreateVM_Task` in the recorded folder, still runs, nothing is deleted and the
