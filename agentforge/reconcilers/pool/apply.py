@@ -194,9 +194,12 @@ class PlanApplier:
         pool_obj: JsonObj,
         plan: planner.Plan,
         prepared: list[str],
+        *,
+        cleaned: list[str],
     ) -> Applied:
-        """Run the plan's API calls. `prepared` collects the Agents patched (the caller
-        reports them, `plan_reports`), also when a later step fails."""
+        """Run the plan's API calls. `prepared` collects the Agents patched and `cleaned`
+        the VsphereAgents deleted (the caller reports them, `plan_reports`), also when a
+        later step fails."""
         namespace = pool.metadata.namespace
         await self._prepare(pool, [p for p in plan.patches if p.after_record is None], prepared)
         changed = await self._unlabel(pool, plan)
@@ -212,15 +215,7 @@ class PlanApplier:
                 ),
             )
             deleted.add(deletion.vsphere_agent)
-        if plan.deletions:
-            await self._event(
-                pool_obj,
-                PoolEvent.CLEANUP_STARTED,
-                f"deleting {len(plan.deletions)} VsphereAgent(s) (cleanupPolicy Delete; their "
-                "VMs and unbound Agents follow): "
-                + summary([f"{d.vsphere_agent} ({d.reason})" for d in plan.deletions]),
-                False,
-            )
+            cleaned.append(f"{deletion.vsphere_agent} (VM {deletion.vm}: {deletion.reason})")
         going = {unlabel.vsphere_agent for unlabel in plan.unlabels}
         owned, stored = await self._write_vms(pool, plan, skip=deleted, going=going)
         requeue = await self._hand_over(key, pool, pool_obj, plan, stored)

@@ -101,16 +101,15 @@ async def test_one_event_per_agent_preparation_not_planned_and_prepared() -> Non
     assert "a1 (VM vm-1)" in h.events.events[0].message
 
 
-async def test_planned_events_name_the_actions_other_than_agent_preparations() -> None:
+async def test_a_clean_up_is_reported_by_cleanup_started_not_planned() -> None:
     h = world()
     h.api.put(vsphere_agent_obj("orphan", phase="Orphaned", reason="AgentMissing",
                                 transition=ago(hours=2)))  # fmt: skip
     h.sync()
     await reconcile(h)
-    planned = [e.message for e in h.events.events if e.reason == "Planned"]
-    assert len(planned) == 1
-    assert "DeleteVM/vm-orphan" in planned[0]
-    assert "PatchAgent" not in planned[0]
+    assert [e.message for e in h.events.events if e.reason == "Planned"] == []
+    (cleanup,) = [e.message for e in h.events.events if e.reason == "CleanupStarted"]
+    assert "orphan (VM vm-orphan: " in cleanup
 
 
 async def test_a_conflict_on_the_finalizer_patch_requeues_quietly(
