@@ -26,15 +26,16 @@
 
 The first failing call stops the plan (`StepFailed`, with the object and the fix in
 its message); the pool reconciles again with backoff. Until the cache shows the
-VsphereAgents this pass created or relabelled (`Expectations`), the pool is not planned
-again.
+VsphereAgents this pass created, relabelled or deleted (`Expectations`), the pool is not
+planned again.
 
 **Expectations**: writes a pool's last pass made that the cache does not show yet
 (client-go's expectations). A pool's plan is only as good as the cache it was made from:
-planned again before the cache shows the VsphereAgents the last pass created or
-relabelled, the planner would hand over or create a second time. So the applier records
-each such write here (name -> the selection label it must carry), and the pool is not
-planned again while the cache shows any of them without it. A write the cache never
+planned again before the cache shows the VsphereAgents the last pass created,
+relabelled or deleted, the planner would hand over, create or delete a second time. So
+the applier records each such write here (name -> the selection label it must carry, or
+`DELETED`), and the pool is not planned again while the cache shows any of them
+otherwise. A write the cache never
 shows stops holding the pool back after `EXPECTATION_TIMEOUT` (the object may have been
 deleted meanwhile; the next plan sees whatever is there).
 
@@ -69,12 +70,14 @@ log = logging.getLogger(__name__)
 
 EXPECTATION_TIMEOUT = 10.0
 """Seconds after which a write the cache never showed stops holding the pool back."""
+DELETED = ""
+"""The expectation of a VsphereAgent deleted: the cache shows it deleting, or not at all."""
 
 
 @dataclass
 class Expectations:
-    """VsphereAgents a pool's last pass created or relabelled, until the cache shows
-    them: name -> the selection label they must carry."""
+    """VsphereAgents a pool's last pass created, relabelled or deleted, until the cache
+    shows them so: name -> the selection label they must carry (`DELETED`: deleting)."""
 
     by_pool: dict[ObjectKey, tuple[float, dict[str, str]]] = field(default_factory=dict)
 
@@ -92,7 +95,8 @@ class Expectations:
         missing = [
             name
             for name, selection in wanted.items()
-            if _selection(cache, namespace=namespace, name=name) != selection
+            if _shown(cache, namespace=namespace, name=name, deleted=selection == DELETED)
+            != selection
         ]
         if not missing or time.monotonic() > deadline:
             if missing:
@@ -102,9 +106,12 @@ class Expectations:
         return missing
 
 
-def _selection(cache: Informer, *, namespace: str, name: str) -> str | None:
-    """The selection label the cached VsphereAgent carries (None: not cached, or none)."""
+def _shown(cache: Informer, *, namespace: str, name: str, deleted: bool) -> str | None:
+    """The selection label the cached VsphereAgent carries (None: not cached, or none);
+    with `deleted`, `DELETED` when it is deleting or not cached."""
     facts = records.record(cache, key_for(namespace=namespace, name=name), VsphereAgentFacts)
+    if deleted:
+        return DELETED if facts is None or facts.deleting else facts.agent_machine
     return facts.agent_machine if facts is not None else None
 
 
@@ -214,6 +221,7 @@ class PlanApplier:
                     uid=deletion.uid or None,
                 ),
             )
+            self.expectations.expect(key, deletion.vsphere_agent, DELETED)
             deleted.add(deletion.vsphere_agent)
             cleaned.append(f"{deletion.vsphere_agent} (VM {deletion.vm}: {deletion.reason})")
         going = {unlabel.vsphere_agent for unlabel in plan.unlabels}

@@ -112,6 +112,22 @@ async def test_a_clean_up_is_reported_by_cleanup_started_not_planned() -> None:
     assert "orphan (VM vm-orphan: " in cleanup
 
 
+async def test_a_deletion_the_cache_does_not_show_yet_is_not_planned_again() -> None:
+    h = world()
+    h.api.put(vsphere_agent_obj("orphan", phase="Orphaned", reason="AgentMissing",
+                                transition=ago(hours=2)))  # fmt: skip
+    h.sync()
+    reconciler = pool.PoolReconciler(h.deps)
+    await reconciler.reconcile(KEY)
+    assert ("delete", "VsphereAgent", "orphan") in h.api.verbs()
+    h.api.calls.clear()
+    await reconciler.reconcile(KEY)  # woken before the watch brought the deletion
+    assert h.api.calls == []
+    h.sync()
+    await reconciler.reconcile(KEY)
+    assert ("delete", "VsphereAgent", "orphan") not in h.api.verbs()
+
+
 async def test_a_conflict_on_the_finalizer_patch_requeues_quietly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
