@@ -18,7 +18,9 @@ Per profile, with a control plane, vcsim and world of its own:
    task chain (goal: about two chains, not "after the burst").
 3. CAPI binds and the Assisted Installer installs (not timed).
 4. **Scale-down.** Every NodePool is scaled to 0; the clock stops when vCenter holds
-   no VM (power off, then destroy).
+   no VM (power off, then destroy). Its API writes are counted until the operator made
+   no request for 5 s (the VMs' Agents deleted and finalizers removed included) and
+   reported per deleted VM.
 
 Each time is reported with its **floor**: one VM's task chain (what the first VM
 cannot beat) plus the vSphere requests the phase made divided by `--vsphere-qps` (what
@@ -78,6 +80,8 @@ QPS = DEFAULTS.vsphere_qps
 CAP = DEFAULTS.vsphere_max_tasks_in_flight
 RATIO_GOAL = 1.5
 SMALL_GOAL_CHAINS = 2.0
+DOWN_WRITES_GOAL = 6.0
+"""API writes per deleted VM during the scale-down (issue 24)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +414,8 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
 
         down_done = await _until(no_vms, within=WITHIN, every=1.0)
         down = await mark()
+        await _quiet(proxy, identity, quiet=5.0, within=300)  # the Agents and finalizers too
+        down_settled = await mark()
         down_timeline = await _timeline(
             vcsim, down_seq, down_t0, ("PowerOffVM_Task", "Destroy_Task")
         ) + (f"; no VM left at +{down_done - down_start.at:.1f} s" if down_done is not None else "")
@@ -431,7 +437,7 @@ async def _measure(ctx: Context, profile: Profile) -> Outcome:
         small_asked_after=small_asked,
         down_s=down_done - down_start.at if down_done is not None else None,
         down_requests=down.vsphere - down_start.vsphere,
-        down_api=down.api - down_start.api,
+        down_api=down_settled.api - down_start.api,
         logins=down.vsphere.logins - first.vsphere.logins,
         load=(load_before, load_after),
         up_timeline=up_timeline,
@@ -511,6 +517,13 @@ def _report(section: Section, out: Outcome) -> None:
         Goal.at_most(RATIO_GOAL),
     )
     section.add(f"{tag}   vSphere requests", out.down_requests.requests, "requests")
+    section.add(
+        f"{tag}   API writes per deleted VM",
+        out.down_api.writes / out.vms,
+        "writes",
+        Goal.at_most(DOWN_WRITES_GOAL),
+        guard=COUNT,
+    )
     per_vm = (out.up_requests.requests + out.down_requests.requests) / out.vms
     section.add(
         f"{tag} vSphere requests per VM lifecycle (create + delete)",
@@ -543,7 +556,9 @@ def _report(section: Section, out: Outcome) -> None:
         f"{tag} where the operator's time went during the scale-up (its /metrics, means): "
         f"{out.waits}.",
         f"{tag} scale-down vSphere requests: {out.down_requests.breakdown()}; API writes "
-        f"{out.down_api.breakdown(WRITE_VERBS)}.",
+        f"{out.down_api.breakdown(WRITE_VERBS)} (counted until the operator made no request "
+        f"for 5 s: the VMs' Agents and finalizers included); 409 Conflicts: "
+        f"{_conflicts(out.down_api)}.",
         f"{tag} load average (1, 5, 15 min) before the scale-up {out.load[0]}, after the "
         f"scale-down {out.load[1]} on {os.cpu_count()} CPUs.",
         *(f"{tag} {n}" for n in out.notes),

@@ -111,7 +111,8 @@ class DeletionPhase(StrEnum):
     """The task last started to delete the VM, recorded once it has started."""
 
     POWER_OFF_ISSUED = "PowerOffIssued"
-    """PowerOffVM_Task started; next, destroy."""
+    """PowerOffVM_Task started; next, destroy. Written by earlier versions only (a
+    power-off is idempotent: the VM's power state tells), still read and resumed."""
     DESTROY_ISSUED = "DestroyIssued"
     """Destroy_Task started; next, the VM's Agents and the finalizer."""
 

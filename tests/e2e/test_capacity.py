@@ -179,3 +179,33 @@ async def test_kill_9_during_scale_up_then_restart_leaves_no_duplicate_and_no_or
         duration=max(2.0, in_flight_until - time.monotonic()),
         what="no late duplicate VM once the tasks in flight at the kill have ended",
     )
+
+
+@pytest.mark.parametrize("kill_during", ["PowerOffVM_Task", "Destroy_Task"])
+async def test_kill_9_during_scale_down_then_restart_destroys_every_vm_once(
+    world: World, operator: OperatorHarness, vcsim_control: VcsimControl, kill_during: str
+) -> None:
+    # The power-off is only noted in memory, the destroy recorded in status.deletion:
+    # either way the restarted operator finishes the scale-down (every VM destroyed,
+    # every Agent deleted, never a bound one: the world's rule checks) and creates
+    # nothing for a VsphereAgent on its way out.
+    await set_up(world)
+    await world.nodepool(POOL).scale(2)
+    await wait_converged(world, pool=POOL, nodepool=POOL, replicas=2)
+    await vcsim_control.set_delay(kill_during, int(TASK_DELAY_S * 1000), stage="task")
+    await world.nodepool(POOL).scale(0)
+    await eventually(
+        lambda: vcsim_control.request_log(kill_during),
+        lambda entries: len(entries) >= 1,
+        within=90,
+        what=f"the operator issuing {kill_during}",
+    )
+    operator.kill()
+    await vcsim_control.set_delay(kill_during, 0, stage="task")
+    await operator.restart()
+    snap = await eventually(
+        world.snapshot, gone, within=120, what="every Machine, VM and Agent gone"
+    )
+    assert snap.vm_names() == set(), "no VM of this world left"
+    assert (await vsphere_writes(vcsim_control)).get("CreateVM_Task") == 2
+    assert world.violations == []

@@ -110,14 +110,15 @@ class Whole:
                    "lastTransitionTime": "2026-03-01T00:00:00Z"}]}},
         )  # fmt: skip
 
-    async def machine(self, agent_machine: str) -> None:
+    async def machine(self, agent_machine: str, *, finalizers: list[str] | None = None) -> None:
         annotations = {names.ANNOTATION_NODEPOOL: f"{self.ns}/{NODE_POOL}"}
+        meta = {"name": f"machine-{agent_machine}", "annotations": annotations}
         await self.world.kube.create(
             kinds.MACHINE,
             {
                 "apiVersion": kinds.MACHINE.api_version,
                 "kind": "Machine",
-                "metadata": {"name": f"machine-{agent_machine}", "annotations": annotations},
+                "metadata": {**meta, "finalizers": finalizers or []},
                 "spec": {
                     "clusterName": "hc",
                     "bootstrap": {"dataSecretName": "bootstrap"},
@@ -270,4 +271,95 @@ async def test_one_vm_from_waiting_agent_machine_to_prepared_agent_costs_at_most
     assert stored[("patch", VSPHERE_AGENTS)] == 0, summary  # created with its finalizer
     assert stored[("create", "events")] + stored[("patch", "events")] <= MAX_EVENTS, summary
     assert sum(stored.values()) <= MAX_WRITES_PER_VM, summary
+    assert sum(retried.values()) <= MAX_CONFLICTS, summary
+
+
+async def bound(whole: Whole, agent: str, am: str) -> None:
+    """CAPI's part: the prepared Agent bound to its AgentMachine."""
+    await whole.world.kube.patch_merge(
+        kinds.AGENT,
+        namespace=whole.ns,
+        name=agent,
+        patch={
+            "metadata": {
+                "labels": {names.LABEL_AGENT_MACHINE_REF: am},
+                "annotations": {names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: whole.cpns},
+            },
+            "spec": {"clusterDeploymentName": {"name": "hc", "namespace": whole.cpns}},
+        },
+    )
+
+
+async def scaled_down(whole: Whole, agent: str, am: str) -> None:
+    """CAPI's part of a scale-down, in its order: the Machine is deleted (its finalizer
+    holds it while the node drains), its AgentMachine deleted, the Agent released, and
+    the Machine goes."""
+    cpns, machine = whole.cpns, f"machine-{am}"
+    await whole.world.kube.delete(kinds.MACHINE, namespace=cpns, name=machine)
+    await whole.vm_phase(am, "Released")  # MachineDeleting
+    await whole.world.kube.delete(kinds.AGENT_MACHINE, namespace=cpns, name=am)
+    await whole.world.kube.patch_merge(
+        kinds.AGENT,
+        namespace=whole.ns,
+        name=agent,
+        patch={
+            "metadata": {
+                "labels": {names.LABEL_AGENT_MACHINE_REF: None},
+                "annotations": {names.ANNOTATION_AGENT_MACHINE_REF_NAMESPACE: None},
+            },
+            "spec": {"clusterDeploymentName": None},
+        },
+    )
+    await whole.world.kube.patch_merge(
+        kinds.MACHINE, namespace=cpns, name=machine, patch={"metadata": {"finalizers": None}}
+    )
+
+
+async def test_one_deleted_vm_costs_at_most_6_writes_of_its_own(
+    whole: Whole, proxy: ProxyControl
+) -> None:
+    """A scale-down's VM, from its Machine's deletion to its VsphereAgent gone: the
+    Released phase (MachineDeleting), one Agent patch (the pool's labels removed and the
+    approval withdrawn), the VsphereAgent's deletion, the destroy's record (the power-off
+    is not recorded), the Agent's deletion, the finalizer's removal. The pool's own
+    Events and status are the burst's, not the VM's; a VM deleted alone keeps its
+    `VMDeleted` and `AgentDeleted` (a burst's are combined onto the pool)."""
+    await whole.pool_ready()
+    await whole.machine("am-1", finalizers=["test.agent-forge/drain"])
+    await whole.waiting_agent_machine("am-1")
+    va = await whole.world.condition(
+        kinds.VSPHERE_AGENT, "am-1", "Ready", status="True", reason="VMReady"
+    )
+    await whole.discovered("agent-1", va)
+    await whole.prepared("agent-1", "am-1")
+    await bound(whole, "agent-1", "am-1")
+    await whole.vm_phase("am-1", "Bound")
+    await quiet(whole, proxy)
+    await whole.op.deps.events.flush()
+    await quiet(whole, proxy)
+    await proxy.reset_counts()
+
+    await scaled_down(whole, "agent-1", "am-1")
+
+    async def gone() -> bool:
+        return (
+            await whole.world.get(kinds.VSPHERE_AGENT, "am-1") is None
+            and await whole.world.get(kinds.AGENT, "agent-1") is None
+        )
+
+    await eventually(gone, what="the VsphereAgent and its Agent to go")
+    await quiet(whole, proxy)
+    await whole.op.deps.events.flush()
+    rows = await quiet(whole, proxy)
+
+    stored = writes(rows, ok=True)
+    retried = conflicts(rows)
+    summary = f"{breakdown(stored)}; 409: {breakdown(retried) or 'none'}"
+    print(f"one deleted VM: {sum(stored.values())} writes: {summary}")
+    pools = f"{kinds.VSPHERE_AGENT_POOL.plural}.{names.GROUP}/status"
+    events = stored[("create", "events")] + stored[("patch", "events")]
+    own = sum(stored.values()) - events - stored[("update", pools)]
+    assert own <= 6, summary
+    assert stored[("update", VM_STATUS)] <= 2, summary  # Released, the destroy's record
+    assert stored[("patch", "agents.agent-install.openshift.io")] == 1, summary
     assert sum(retried.values()) <= MAX_CONFLICTS, summary

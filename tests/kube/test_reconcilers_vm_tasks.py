@@ -290,16 +290,16 @@ async def test_the_vm_controller_writes_a_created_vms_status_three_times(
 # --- deletion ---------------------------------------------------------------------------
 
 
-async def deleting(world: World, vcsim_control: VcsimControl, method: str) -> dict[str, Any]:
-    """va1's VM runs; va1 is deleted with `method` delayed 3 s; returns the recorded
-    `status.deletion` once that task has started."""
+async def destroying(world: World, vcsim_control: VcsimControl) -> dict[str, Any]:
+    """va1's VM runs; va1 is deleted with `Destroy_Task` delayed 3 s; returns the
+    recorded `status.deletion` once the destroy has started."""
     async with world.run():
         await pool_with_iso(world)
         await world.create_vsphere_agent("va1")
         await created(world, "va1")
-    await vcsim_control.set_delay(method, 3000, stage="task")
+    await vcsim_control.set_delay("Destroy_Task", 3000, stage="task")
     await world.kube.delete(VA, namespace=world.namespace, name="va1")
-    phase = "PowerOffIssued" if method == "PowerOffVM_Task" else "DestroyIssued"
+    phase = "DestroyIssued"
     async with world.run():
 
         async def started() -> dict[str, Any] | None:
@@ -314,7 +314,7 @@ async def deleting(world: World, vcsim_control: VcsimControl, method: str) -> di
 async def test_a_destroy_that_finished_while_the_operator_was_down_lets_the_agent_go(
     world: World, vcsim_control: VcsimControl
 ) -> None:
-    record = await deleting(world, vcsim_control, "Destroy_Task")
+    record = await destroying(world, vcsim_control)
 
     async def destroyed() -> bool:
         return await vm_of(world, record["biosUUID"]) is None
@@ -333,11 +333,29 @@ async def test_a_destroy_that_finished_while_the_operator_was_down_lets_the_agen
     assert record["biosUUID"] in deleted[0]["message"]
 
 
-async def test_a_power_off_running_at_a_restart_is_waited_for_then_the_vm_destroyed(
+async def test_a_power_off_running_unrecorded_at_a_restart_is_started_again_then_one_destroy(
     world: World, vcsim_control: VcsimControl
 ) -> None:
-    record = await deleting(world, vcsim_control, "PowerOffVM_Task")
-    assert await vm_of(world, record["biosUUID"]) is not None
+    # The power-off is noted in memory only (it is idempotent): the restarted process
+    # reads the VM, which still runs, and powers it off again; vCenter refuses that as
+    # already off, or runs it once the first one ended. Either way one destroy follows.
+    async with world.run():
+        await pool_with_iso(world)
+        await world.create_vsphere_agent("va1")
+        va = await created(world, "va1")
+    bios_uuid = status_of(va)["vm"]["biosUUID"]
+    await vcsim_control.set_delay("PowerOffVM_Task", 3000, stage="task")
+    await vcsim_control.reset_counters()
+    await world.kube.delete(VA, namespace=world.namespace, name="va1")
+    async with world.run():
+
+        async def started() -> bool:
+            return calls(await vcsim_control.counters(), "PowerOffVM_Task") == 1
+
+        await eventually(started, what="the power-off to start")
+        await world.crash()
+    assert "deletion" not in status_of(await world.get(VA, "va1"))  # nothing recorded
+    assert await vm_of(world, bios_uuid) is not None
     async with world.run():
 
         async def gone() -> bool:
@@ -346,7 +364,52 @@ async def test_a_power_off_running_at_a_restart_is_waited_for_then_the_vm_destro
         await eventually(gone, what="the VsphereAgent to go")
     assert await world.vms() == []
     counters = await vcsim_control.counters()
-    assert calls(counters, "PowerOffVM_Task") == 1  # the recorded one, not a second
+    assert calls(counters, "PowerOffVM_Task") in (1, 2)
+    assert calls(counters, "Destroy_Task") == 1
+    assert await world.events("VMDeleteFailed") == []
+
+
+async def test_a_power_off_the_previous_version_recorded_is_resumed_by_its_ref(
+    world: World, vcsim_control: VcsimControl
+) -> None:
+    # An upgrade while a power-off is in flight: the previous version recorded it
+    # (phase PowerOffIssued); the new one waits for that task, starts no power-off of
+    # its own, and destroys the VM once.
+    async with world.run():
+        await pool_with_iso(world)
+        await world.create_vsphere_agent("va1")
+        va = await created(world, "va1")
+    vm = await vm_of(world, status_of(va)["vm"]["biosUUID"])
+    assert vm is not None
+    await vcsim_control.set_delay("PowerOffVM_Task", 2000, stage="task")
+    session = await world.service.session()
+    task = await session.call(
+        vms.ref_of(session, vm.moid).PowerOffVM_Task, subject=vm.name, action="power off"
+    )
+    await vcsim_control.reset_counters()
+
+    def issued(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["status"]["deletion"] = {
+            "vmName": vm.name,
+            "biosUUID": vm.bios_uuid,
+            "phase": "PowerOffIssued",
+            "taskRef": task._moId,
+            "startedAt": "2026-03-01T12:00:00Z",
+        }
+        return obj
+
+    await world.kube.update_status(VA, namespace=world.namespace, name="va1", mutate=issued)
+    await world.kube.delete(VA, namespace=world.namespace, name="va1")
+    await world.caught_up(VA, "va1")
+    async with world.run():
+
+        async def gone() -> bool:
+            return await world.get(VA, "va1") is None
+
+        await eventually(gone, what="the VsphereAgent to go")
+    assert await world.vms() == []
+    counters = await vcsim_control.counters()
+    assert calls(counters, "PowerOffVM_Task") == 0  # the recorded one, waited for
     assert calls(counters, "Destroy_Task") == 1
 
 

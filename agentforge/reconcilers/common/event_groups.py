@@ -12,10 +12,14 @@ similar events): VsphereAgent <ns>/<name>: <latest message>`; its first event is
 held a few seconds and kept on its object when no second object's follows by then
 (`kube.event_correlator`, `kube.events`). A VM made alone keeps its events.
 
+A scale-down's deletions are a burst the same way (issue 24): `VMDeleted` and
+`AgentDeleted`, 2 events per VM on objects that are gone a moment later, are combined
+onto the pool, whose `CleanupStarted` names the VsphereAgents deleted and why. A VM
+deleted alone keeps its events.
+
 Everything else stays on its object, however many there are: every Warning (each
-names its object and the fix), adoption, and deletion (`VMDeleted`, `VMRetained`,
-`AgentDeleted`: what was destroyed is told object by object), ISO ejection, and
-the pool's own events.
+names its object and the fix), adoption, `VMRetained`, ISO ejection, and the pool's
+own events.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from agentforge.reconcilers.common.event_reasons import VmEvent
 
 __all__ = ["COMBINED_ONTO_POOL", "pool_of", "pool_ref"]
 
-COMBINED_ONTO_POOL: Final = frozenset({VmEvent.VM_CREATING.value, VmEvent.VM_CREATED.value})
+COMBINED_ONTO_POOL: Final = frozenset(
+    {
+        VmEvent.VM_CREATING.value,
+        VmEvent.VM_CREATED.value,
+        VmEvent.VM_DELETED.value,
+        VmEvent.AGENT_DELETED.value,
+    }
+)
 """The `vm` controller's reasons combined onto the pool (`pool_apply` passes its pool for
 `VsphereAgentCreated` itself)."""
 

@@ -13,7 +13,9 @@ A VM whose matched Agent is unbound but still carries the pool's selector labels
 CAPI could bind that Agent to a waiting AgentMachine before the `vm` controller
 finalizes the deletion, which it would then hold (a bound VM is never destroyed), and
 that AgentMachine would be served by a VM on its way out. The plan removes those
-labels first (`Unlabel`, on the version it saw); the deletion is decided by a later
+labels first and unapproves the Agent in the same patch (`Unlabel`, on the version it
+saw: the one Agent patch of a clean-up, the `vm` controller's unapproval folded in);
+the deletion is decided by a later
 plan whose snapshot shows the Agent without them and unbound. So the Agent's labels
 are the checkpoint: after a crash between the two steps the next plan, from the
 cache, deletes; an Agent bound meanwhile keeps its VM (Bound: capacity of the pool).

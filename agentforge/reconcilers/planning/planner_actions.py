@@ -137,10 +137,12 @@ class Deletion:
 @dataclass(frozen=True, slots=True)
 class Unlabel:
     """The first step of a clean-up: remove the pool's selector labels (`spec.agent.labels`)
-    from the VM's unbound Agent, on exactly the version the plan saw, so no AgentMachine
-    of the pool can bind it while its VM is deleted. The VM is not deleted by this plan:
-    a later one, whose snapshot shows the Agent without those labels and still unbound,
-    decides the deletion again (and one that shows it bound keeps the VM)."""
+    from the VM's unbound Agent and unapprove it (`spec.approved=false`), in one patch on
+    exactly the version the plan saw, so no AgentMachine can bind it while its VM is
+    deleted (the `vm` controller, which unapproves a deleted VM's Agent, finds it done).
+    The VM is not deleted by this plan: a later one, whose snapshot shows the Agent
+    without those labels and still unbound, decides the deletion again (and one that
+    shows it bound keeps the VM; one that prepares it again approves it again)."""
 
     agent: str
     vm: str
@@ -159,7 +161,7 @@ class Unlabel:
         meta: dict[str, Any] = {"labels": dict.fromkeys(self.labels)}
         if self.resource_version:
             meta["resourceVersion"] = self.resource_version
-        return {"metadata": meta}
+        return {"metadata": meta, "spec": {"approved": False}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +232,8 @@ def _all(d: Decisions) -> Iterator[Action]:
             PlannedActionType.PATCH_AGENT,
             u.agent,
             f"remove the pool's labels ({', '.join(u.labels)}) from the unbound Agent of VM "
-            f"{u.vm}, so no AgentMachine binds it, before the VM is deleted: {u.reason}",
+            f"{u.vm} and unapprove it, so no AgentMachine binds it, before the VM is "
+            f"deleted: {u.reason}",
         )
     for x in d.deletions:
         yield Action(PlannedActionType.DELETE_VM, x.vm, x.reason)

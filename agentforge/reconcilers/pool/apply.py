@@ -2,15 +2,19 @@
 
 1. Agent preparation patches (merge patches of the differing fields only), except
    those that follow a hand-over record this plan writes (step 6); then clean-up's
-   first step (`planner.Unlabel`): the pool's labels removed from a VM's unbound Agent,
-   conditional on the version the plan saw (a 409: it changed, perhaps bound: planned
-   again). The VM is deleted by a later plan that sees the labels gone.
+   first step (`planner.Unlabel`): the pool's labels removed from a VM's unbound Agent
+   and its approval withdrawn, in one patch conditional on the version the plan saw
+   (a 409: it changed, perhaps bound: planned again). The VM is deleted by a later
+   plan that sees the labels gone.
 2. Clean-up: VsphereAgent deletions (UID precondition: a re-created object of the
    same name is never hit).
 3. Each VsphereAgent's `status.vm` phase fields and `status.handover`, written only
    where they differ from the cache. A hand-over's record is written here, and the
    stored version is what the next step builds on: the checkpoint precedes every
-   effect of the hand-over.
+   effect of the hand-over. The VM record of a VM whose Agent step 1 unlabelled is
+   not written: it only marks progress (`Released`, `MachineDeleted`) of a VM the next
+   plan deletes, and that plan derives the same record from the cache again (the
+   Agent's labels are the clean-up's checkpoint).
 4. Hand-overs: the VsphereAgent's selection label moves to the new AgentMachine, as a
    merge patch conditional on the version that carries the record (a 409 means it
    changed meanwhile: the next pass decides again).
@@ -22,15 +26,16 @@
 
 The first failing call stops the plan (`StepFailed`, with the object and the fix in
 its message); the pool reconciles again with backoff. Until the cache shows the
-VsphereAgents this pass created or relabelled (`Expectations`), the pool is not planned
-again.
+VsphereAgents this pass created, relabelled or deleted (`Expectations`), the pool is not
+planned again.
 
 **Expectations**: writes a pool's last pass made that the cache does not show yet
 (client-go's expectations). A pool's plan is only as good as the cache it was made from:
-planned again before the cache shows the VsphereAgents the last pass created or
-relabelled, the planner would hand over or create a second time. So the applier records
-each such write here (name -> the selection label it must carry), and the pool is not
-planned again while the cache shows any of them without it. A write the cache never
+planned again before the cache shows the VsphereAgents the last pass created,
+relabelled or deleted, the planner would hand over, create or delete a second time. So
+the applier records each such write here (name -> the selection label it must carry, or
+`DELETED`), and the pool is not planned again while the cache shows any of them
+otherwise. A write the cache never
 shows stops holding the pool back after `EXPECTATION_TIMEOUT` (the object may have been
 deleted meanwhile; the next plan sees whatever is there).
 
@@ -65,12 +70,14 @@ log = logging.getLogger(__name__)
 
 EXPECTATION_TIMEOUT = 10.0
 """Seconds after which a write the cache never showed stops holding the pool back."""
+DELETED = ""
+"""The expectation of a VsphereAgent deleted: the cache shows it deleting, or not at all."""
 
 
 @dataclass
 class Expectations:
-    """VsphereAgents a pool's last pass created or relabelled, until the cache shows
-    them: name -> the selection label they must carry."""
+    """VsphereAgents a pool's last pass created, relabelled or deleted, until the cache
+    shows them so: name -> the selection label they must carry (`DELETED`: deleting)."""
 
     by_pool: dict[ObjectKey, tuple[float, dict[str, str]]] = field(default_factory=dict)
 
@@ -88,7 +95,8 @@ class Expectations:
         missing = [
             name
             for name, selection in wanted.items()
-            if _selection(cache, namespace=namespace, name=name) != selection
+            if _shown(cache, namespace=namespace, name=name, deleted=selection == DELETED)
+            != selection
         ]
         if not missing or time.monotonic() > deadline:
             if missing:
@@ -98,9 +106,12 @@ class Expectations:
         return missing
 
 
-def _selection(cache: Informer, *, namespace: str, name: str) -> str | None:
-    """The selection label the cached VsphereAgent carries (None: not cached, or none)."""
+def _shown(cache: Informer, *, namespace: str, name: str, deleted: bool) -> str | None:
+    """The selection label the cached VsphereAgent carries (None: not cached, or none);
+    with `deleted`, `DELETED` when it is deleting or not cached."""
     facts = records.record(cache, key_for(namespace=namespace, name=name), VsphereAgentFacts)
+    if deleted:
+        return DELETED if facts is None or facts.deleting else facts.agent_machine
     return facts.agent_machine if facts is not None else None
 
 
@@ -190,9 +201,12 @@ class PlanApplier:
         pool_obj: JsonObj,
         plan: planner.Plan,
         prepared: list[str],
+        *,
+        cleaned: list[str],
     ) -> Applied:
-        """Run the plan's API calls. `prepared` collects the Agents patched (the caller
-        reports them, `plan_reports`), also when a later step fails."""
+        """Run the plan's API calls. `prepared` collects the Agents patched and `cleaned`
+        the VsphereAgents deleted (the caller reports them, `plan_reports`), also when a
+        later step fails."""
         namespace = pool.metadata.namespace
         await self._prepare(pool, [p for p in plan.patches if p.after_record is None], prepared)
         changed = await self._unlabel(pool, plan)
@@ -207,17 +221,11 @@ class PlanApplier:
                     uid=deletion.uid or None,
                 ),
             )
+            self.expectations.expect(key, deletion.vsphere_agent, DELETED)
             deleted.add(deletion.vsphere_agent)
-        if plan.deletions:
-            await self._event(
-                pool_obj,
-                PoolEvent.CLEANUP_STARTED,
-                f"deleting {len(plan.deletions)} VsphereAgent(s) (cleanupPolicy Delete; their "
-                "VMs and unbound Agents follow): "
-                + summary([f"{d.vsphere_agent} ({d.reason})" for d in plan.deletions]),
-                False,
-            )
-        owned, stored = await self._write_vms(pool, plan, skip=deleted)
+            cleaned.append(f"{deletion.vsphere_agent} (VM {deletion.vm}: {deletion.reason})")
+        going = {unlabel.vsphere_agent for unlabel in plan.unlabels}
+        owned, stored = await self._write_vms(pool, plan, skip=deleted, going=going)
         requeue = await self._hand_over(key, pool, pool_obj, plan, stored)
         await self._create(key, pool, plan)
         await self._create_spares(key, pool, pool_obj, plan)
@@ -246,7 +254,8 @@ class PlanApplier:
                     f"{unlabel.agent} before deleting VM {unlabel.vm}: {exc}; {hint(exc)}",
                     forbidden=isinstance(exc, errors.Forbidden),
                 ) from exc
-            log.info("removed the labels %s from Agent %s/%s: no AgentMachine can bind it, "
+            log.info("removed the labels %s from Agent %s/%s and unapproved it: no "
+                     "AgentMachine can bind it, "
                      "VM %s is deleted next (%s)", ", ".join(unlabel.labels), namespace,
                      unlabel.agent, unlabel.vm, unlabel.reason)  # fmt: skip
         return changed
@@ -265,10 +274,11 @@ class PlanApplier:
                 prepared.append(f"{patch.agent} (VM {patch.vm})")
 
     async def _write_vms(
-        self, pool: VsphereAgentPool, plan: planner.Plan, *, skip: set[str]
+        self, pool: VsphereAgentPool, plan: planner.Plan, *, skip: set[str], going: set[str]
     ) -> tuple[list[JsonObj], dict[str, str]]:
-        """Write the changed VM records; the `ownedVMs` entries, and the resourceVersion
-        each written VsphereAgent was stored with."""
+        """Write the changed VM records (not the VM record of those `going`: progress
+        only); the `ownedVMs` entries, and the resourceVersion each written VsphereAgent
+        was stored with."""
         namespace = pool.metadata.namespace
         where = status_.RefNamespaces(agents=namespace, machines=pool.spec.control_plane_namespace)
         owned: list[JsonObj] = []
@@ -281,7 +291,10 @@ class PlanApplier:
             recorded = self._source.handover(namespace=namespace, name=record.vsphere_agent)
             # A VsphereAgent without a VM record yet gets its first phase with the `vm`
             # controller's first write (`phases.initial`): no VM write here then.
-            if (wire != previous and previous) or recorded != status_.handover_wire(record):
+            progress = record.vsphere_agent in going
+            if (wire != previous and previous and not progress) or recorded != (
+                status_.handover_wire(record)
+            ):
                 written: JsonObj | None = None
 
                 async def write(record: planner.VMRecord = record) -> None:

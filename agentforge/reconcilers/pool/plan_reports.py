@@ -1,17 +1,17 @@
-"""When a pool's `Planned` and `AgentsPrepared` events are due, and what they say.
+"""When a pool's `Planned`, `AgentsPrepared` and `CleanupStarted` events are due, and what.
 
-`Planned` reports the plan's actions other than Agent preparations (those are
-`AgentsPrepared`, once, when applied), by type and object, and only when that list
-changed: a `DemandDeficit` whose numbers moved is the same plan, and repeating it
-would only bump the event's count. The list last reported is remembered per pool,
-because the status write that records `plannedActions` may be paced
-(`status_pacing`) and the cached status then still shows the one before; after a
-restart the cached status is the reference. A plan of a nameless `Noop` alone
-(nothing to do) is remembered but not reported. A plan that comes back to the list
-last reported less than `interval` (30 s) after that list was last planned is the
-same plan too: in a burst the pool flips between a `DemandDeficit` (an AgentMachine
-not served yet) and nothing to do with every AgentMachine, and reporting each flip
-would only bump the event's count.
+`Planned` reports the plan's actions other than Agent preparations and clean-ups
+(those are `AgentsPrepared` and `CleanupStarted`, once, when applied), by type and
+object, and only when that list changed: a `DemandDeficit` whose numbers moved is the
+same plan, and repeating it would only bump the event's count. The list last reported
+is remembered per pool, because the status write that records `plannedActions` may be
+paced (`status_pacing`) and the cached status then still shows the one before; after a
+restart the cached status is the reference. A plan of a nameless `Noop` alone (nothing
+to do) is remembered but not reported. A plan that comes back to the list last
+reported less than `interval` (30 s) after that list was last planned is the same plan
+too: in a burst the pool flips between a `DemandDeficit` (an AgentMachine not served
+yet) and nothing to do with every AgentMachine, and reporting each flip would only
+bump the event's count.
 
 `AgentsPrepared` names each Agent prepared, once. In a burst the pool prepares an
 Agent every few seconds; one event each would cost a write per VM. So preparations
@@ -20,7 +20,9 @@ or still Provisioning) and reported together when none is, or when the oldest he
 one is `interval` old (30 s, the recorder's flush interval: a long burst is reported
 every 30 s); a lone preparation is reported at once, the next ones at most every
 `interval`, and a failed step reports what was held at once. Held names are lost
-only with the process.
+only with the process. `CleanupStarted` names each VsphereAgent deleted, once, in the
+same way (`BurstReports`, one instance each): a scale-down deletes a VM every few
+seconds too (more are on their way out while the plan unlabels Agents).
 
 Pure bookkeeping: no I/O; the caller passes `now`.
 """
@@ -37,13 +39,19 @@ from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning.planner import Action
 from agentforge.reconcilers.pool.status_pacing import elapsed
 
-__all__ = ["PlannedReports", "PreparedReports", "summary"]
+__all__ = ["BurstReports", "PlannedReports", "summary"]
 
 
 def summary(items: Sequence[str], limit: int = 10) -> str:
     """The first `limit` items, then how many more."""
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+_REPORTED_APART = frozenset(
+    {PlannedActionType.PATCH_AGENT, PlannedActionType.DELETE_VM, PlannedActionType.DELETE_AGENT}
+)
+"""Actions `Planned` leaves out: `AgentsPrepared` and `CleanupStarted` report them."""
 
 
 def _part(type_: str, name: object) -> str:
@@ -68,14 +76,14 @@ class PlannedReports:
         now: datetime,
     ) -> str | None:
         """The `Planned` event's message when one is due for this plan, else None."""
-        reported = [a for a in actions if a.type is not PlannedActionType.PATCH_AGENT]
+        reported = [a for a in actions if a.type not in _REPORTED_APART]
         current = [_part(a.type.value, a.name) for a in reported]
         previous = self._reported.get(key)
         if previous is None:  # the first look since this process started: the status's
             previous = [
                 _part(str(a.get("type")), a.get("name"))
                 for a in (status or {}).get("plannedActions") or ()
-                if isinstance(a, dict) and a.get("type") != PlannedActionType.PATCH_AGENT.value
+                if isinstance(a, dict) and a.get("type") not in _REPORTED_APART
             ]
         self._reported[key] = current
         last = self._last.get(key)
@@ -94,8 +102,9 @@ class PlannedReports:
         self._last.pop(key, None)
 
 
-class PreparedReports:
-    """The Agents prepared but not reported yet, per pool (one instance per controller)."""
+class BurstReports:
+    """The names (Agents prepared, VsphereAgents deleted) not reported yet, per pool (one
+    instance per controller and event)."""
 
     def __init__(self, *, interval: float = FLUSH_INTERVAL_S) -> None:
         self._interval = interval
@@ -112,10 +121,10 @@ class PreparedReports:
         at_once: bool = False,
         more_coming: bool = False,
     ) -> tuple[list[str], float | None]:
-        """(the preparations to report now, seconds until held ones are due or None).
+        """(the names to report now, seconds until held ones are due or None).
 
-        `more_coming`: more of the pool's VMs are on their way (their preparations
-        are reported with these)."""
+        `more_coming`: more of the pool's VMs are on their way (their names are
+        reported with these)."""
         held = self._held.setdefault(key, [])
         held.extend(prepared)
         if not held:

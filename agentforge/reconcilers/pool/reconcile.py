@@ -22,10 +22,11 @@ One reconcile, all reads from the informer cache (0002):
    (`status_pacing`).
 6. Events for changed plans, prepared Agents, clean-ups, hand-overs, creations and
    failures (the recorder aggregates repeats): one event per fact, so an Agent
-   preparation is reported by `AgentsPrepared` and left out of `Planned`; in a burst,
-   preparations are reported together when it ends, at most 30 s late
-   (`plan_reports`); capacity metrics; requeue at the planner's next deadline, a
-   paced status write or held report. Everything else is event driven
+   preparation is reported by `AgentsPrepared` and a clean-up by `CleanupStarted`, and
+   both are left out of `Planned`; in a burst, preparations (and a scale-down's
+   clean-ups) are reported together when it ends, at most 30 s late (`plan_reports`);
+   capacity metrics; requeue at the planner's next deadline, a paced status write or
+   held report. Everything else is event driven
    (`pool_watches`).
 
 A 409 on the finalizer patch (the pool changed since the cache saw it) is expected:
@@ -103,7 +104,8 @@ class PoolReconciler:
             first_quiet=first_status_quiet,
         )
         self._planned = plan_reports.PlannedReports()
-        self._prepared = plan_reports.PreparedReports()
+        self._prepared = plan_reports.BurstReports()
+        self._cleaned = plan_reports.BurstReports()
         self._wrote: Callable[[ObjectKey, str], None] | None = None
 
     def bind(self, wrote: Callable[[ObjectKey, str], None]) -> None:
@@ -128,6 +130,7 @@ class PoolReconciler:
             self._pacer.forget(key)
             self._planned.forget(key)
             self._prepared.forget(key)
+            self._cleaned.forget(key)
             return None
         pool = records.record(self._pools, key, VsphereAgentPool)
         if pool is None:
@@ -159,8 +162,9 @@ class PoolReconciler:
         owned: list[JsonObj] = []
         requeue = False
         prepared: list[str] = []
+        cleaned: list[str] = []
         try:
-            applied = await self._applier.apply(key, pool, obj, plan, prepared)
+            applied = await self._applier.apply(key, pool, obj, plan, prepared, cleaned=cleaned)
             owned, requeue = applied.owned, applied.requeue
         except pool_apply.StepFailed as exc:
             failure, forbidden = str(exc), exc.forbidden
@@ -193,6 +197,16 @@ class PoolReconciler:
                 f"prepared {len(reported)} Agent(s) for their VMs (pool labels, role, "
                 f"hostname{approval}): {summary(reported)}",
             )
+        started, cleanup_held_for = self._cleaned.due(
+            key, cleaned, now=now, at_once=bool(failure), more_coming=bool(plan.unlabels)
+        )
+        if started:
+            await self._event(
+                obj,
+                PoolEvent.CLEANUP_STARTED,
+                f"deleting {len(started)} VsphereAgent(s) (cleanupPolicy Delete; their VMs "
+                f"and unbound Agents follow): {summary(started)}",
+            )
         metrics.record(
             namespace=pool.metadata.namespace,
             pool=pool.metadata.name,
@@ -211,7 +225,7 @@ class PoolReconciler:
         )
         if failure is not None or requeue:
             return Result(requeue=True)
-        afters = [t for t in (paced, held_for) if t is not None]
+        afters = [t for t in (paced, held_for, cleanup_held_for) if t is not None]
         if plan.wake_at is not None:
             afters.append((plan.wake_at - now).total_seconds() + _WAKE_MARGIN)
         return Result(requeue_after=min(afters)) if afters else None

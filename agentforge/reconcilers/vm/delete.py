@@ -17,7 +17,8 @@ Order, each step finished before the next:
    its identity contradicts the VM's. Asked again with the identity vSphere reports
    once the VM is found. The unbound ones of the VsphereAgent's namespace are the
    VM's Agents: each is unapproved with an optimistic lock first, so CAPI cannot
-   bind it while its VM is being deleted.
+   bind it while its VM is being deleted (a pool's clean-up has done so already,
+   with its unlabelling: then there is nothing to patch).
 4. A creation record (`status.creation`: a create was started and not yet recorded
    as done) is resumed first, as a restart resumes it: while the recorded task, or
    any `CreateVM_Task` in the recorded folder, still runs, nothing is deleted and the
@@ -29,7 +30,8 @@ Order, each step finished before the next:
    the vSphere layer's own marker check guards the destroy). A VM not provably ours
    is left alone with a Warning event naming it, and its Agents are kept too.
    Deleting takes two vCenter tasks (power off, destroy), each claimed a task slot,
-   started, recorded in `status.deletion` and not waited for: its end reconciles the
+   started and not waited for (the destroy recorded in `status.deletion`, the
+   power-off only noted in memory: `delete_tasks`): its end reconciles the
    VsphereAgent, which asks vCenter how it ended (a failure is reported, and the
    step is started again after the queue's backoff) and looks the VM up again
    before the next step.
@@ -302,13 +304,18 @@ async def _delete_vm(
     result of a pass that started (or found running) a task of the deletion."""
     service = await inputs.vcenter.service()
     deletion = inputs.agent.status.deletion
+    noted = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=bios_uuid)
     if deletion is not None and deletion.task_ref:
         ran = await vm_delete_tasks.outcome(inputs, writer, service, deletion)
-        if isinstance(ran, Result):
-            return ran
-        if ran:  # destroyed, as vCenter says
-            await vm_delete_tasks.gone(writer, deletion)
-            return list(agents.unbound)
+    elif noted is not None:
+        ran = await vm_delete_tasks.outcome(inputs, writer, service, noted[0], noted=noted[1])
+    else:
+        ran = False
+    if isinstance(ran, Result):
+        return ran
+    if ran:  # destroyed, as vCenter says
+        await vm_delete_tasks.gone(writer, deletion)
+        return list(agents.unbound)
     record = inputs.agent.status.creation
     datacenter = record.datacenter if record else pool.spec.vsphere.datacenter
     placement = pool_specs.placement(pool)

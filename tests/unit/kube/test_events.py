@@ -309,8 +309,8 @@ async def test_group_members_keep_their_other_events_and_groups_are_per_reason()
     rec = recorder(writer)
     for i in range(1, 6):
         await normal(rec, obj(f"va{i}"), "VMCreating", "creating", group=POOL)
-    await normal(rec, obj("va5"), "VMDeleted", "deleted")  # no group: its own, at once
-    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMDeleted")] == ["va5"]
+    await normal(rec, obj("va5"), "VMRetained", "retained")  # no group: its own, at once
+    assert [e["involvedObject"]["name"] for e in writer.by_reason("VMRetained")] == ["va5"]
     await normal(rec, obj("va5"), "VMCreated", "up", group=POOL)  # another reason's burst
     await rec.flush()
     creating = writer.by_reason("VMCreating")

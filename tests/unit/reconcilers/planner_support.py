@@ -335,6 +335,7 @@ class World:
             labels = self.agents[unlabel.agent]["metadata"]["labels"]
             for key in unlabel.labels:
                 labels.pop(key, None)
+            merge(self.agents[unlabel.agent], {"spec": unlabel.patch["spec"]})
         for record in plan.vms:
             obj = self.vsphere_agents[record.vsphere_agent]
             vm = obj.setdefault("status", {}).setdefault("vm", {})

@@ -23,8 +23,8 @@ def owned(owner: dict[str, Any] | None = None) -> dict[str, Any]:
     return va
 
 
-def test_a_vsphere_agents_creation_progress_may_be_combined_onto_its_pool() -> None:
-    for reason in ("VMCreating", "VMCreated"):
+def test_a_vsphere_agents_creation_and_deletion_may_be_combined_onto_its_pool() -> None:
+    for reason in ("VMCreating", "VMCreated", "VMDeleted", "AgentDeleted"):
         group = event_groups.pool_of(owned(), "Normal", reason)
         assert group == {
             "apiVersion": "agent-forge.containeroo.ch/v1alpha1",
@@ -33,10 +33,10 @@ def test_a_vsphere_agents_creation_progress_may_be_combined_onto_its_pool() -> N
         }
 
 
-def test_warnings_deletions_and_other_reasons_stay_on_their_object() -> None:
+def test_warnings_and_other_reasons_stay_on_their_object() -> None:
     va = owned()
     assert event_groups.pool_of(va, "Warning", "VMCreated") is None
-    for reason in ("VMDeleted", "VMRetained", "AgentDeleted", "VMAdopted", "ISOEjected"):
+    for reason in ("VMRetained", "VMAdopted", "ISOEjected"):
         assert event_groups.pool_of(va, "Normal", reason) is None
 
 

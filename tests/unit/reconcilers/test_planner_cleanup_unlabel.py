@@ -75,7 +75,8 @@ def test_the_pool_labels_are_removed_on_the_version_seen_before_the_vm_is_delete
         Unlabel("a1", "vm-am-1", "am-1", ("customer",), "7", "its Machine machine-1 was deleted"),
     )
     assert first.unlabels[0].patch == {
-        "metadata": {"labels": {"customer": None}, "resourceVersion": "7"}
+        "metadata": {"labels": {"customer": None}, "resourceVersion": "7"},
+        "spec": {"approved": False},  # the vm controller's unapproval, folded in
     }
     (record,) = first.vms
     assert (record.phase, record.reason) == (VMPhase.RELEASED, VMReason.MACHINE_DELETED)

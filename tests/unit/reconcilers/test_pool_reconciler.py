@@ -101,16 +101,31 @@ async def test_one_event_per_agent_preparation_not_planned_and_prepared() -> Non
     assert "a1 (VM vm-1)" in h.events.events[0].message
 
 
-async def test_planned_events_name_the_actions_other_than_agent_preparations() -> None:
+async def test_a_clean_up_is_reported_by_cleanup_started_not_planned() -> None:
     h = world()
     h.api.put(vsphere_agent_obj("orphan", phase="Orphaned", reason="AgentMissing",
                                 transition=ago(hours=2)))  # fmt: skip
     h.sync()
     await reconcile(h)
-    planned = [e.message for e in h.events.events if e.reason == "Planned"]
-    assert len(planned) == 1
-    assert "DeleteVM/vm-orphan" in planned[0]
-    assert "PatchAgent" not in planned[0]
+    assert [e.message for e in h.events.events if e.reason == "Planned"] == []
+    (cleanup,) = [e.message for e in h.events.events if e.reason == "CleanupStarted"]
+    assert "orphan (VM vm-orphan: " in cleanup
+
+
+async def test_a_deletion_the_cache_does_not_show_yet_is_not_planned_again() -> None:
+    h = world()
+    h.api.put(vsphere_agent_obj("orphan", phase="Orphaned", reason="AgentMissing",
+                                transition=ago(hours=2)))  # fmt: skip
+    h.sync()
+    reconciler = pool.PoolReconciler(h.deps)
+    await reconciler.reconcile(KEY)
+    assert ("delete", "VsphereAgent", "orphan") in h.api.verbs()
+    h.api.calls.clear()
+    await reconciler.reconcile(KEY)  # woken before the watch brought the deletion
+    assert h.api.calls == []
+    h.sync()
+    await reconciler.reconcile(KEY)
+    assert ("delete", "VsphereAgent", "orphan") not in h.api.verbs()
 
 
 async def test_a_conflict_on_the_finalizer_patch_requeues_quietly(
@@ -358,7 +373,10 @@ async def test_cleanup_unlabels_the_agent_then_deletes_once_the_cache_shows_it()
     assert not any(c.verb == "delete" for c in h.api.calls)
     (unlabel,) = [c for c in h.api.calls if c.kind == "Agent"]
     assert (unlabel.verb, unlabel.name) == ("patch", "a1")
-    assert unlabel.body == {"metadata": {"labels": {"customer": None}, "resourceVersion": version}}
+    assert unlabel.body == {
+        "metadata": {"labels": {"customer": None}, "resourceVersion": version},
+        "spec": {"approved": False},
+    }
     planned = status(h)["plannedActions"]
     assert [(a["type"], a["name"]) for a in planned] == [("PatchAgent", "a1")]
 
@@ -367,6 +385,30 @@ async def test_cleanup_unlabels_the_agent_then_deletes_once_the_cache_shows_it()
     await reconcile(h)
     assert ("delete", "VsphereAgent", "am-1") in h.api.verbs()
     assert not any(c.kind == "Agent" for c in h.api.calls)
+
+
+async def test_a_vm_on_its_way_out_gets_no_progress_only_status_write() -> None:
+    """Recorded Bound, its Machine gone, its Agent released: the plan unlabels the Agent
+    and writes no `Released` record (progress only: the next plan derives it again from
+    the cache, and deletes)."""
+    h = harness(
+        pool_obj(),
+        infra_env_obj(),
+        vsphere_agent_obj(
+            "am-1", bios_uuid=uuid(1), phase="Bound", reason="AgentBound",
+            agent_ref="a1", machine_ref="machine-1",
+        ),
+        agent_obj("a1", bios_uuid=uuid(1), labels={"customer": "acme"}, approved=True),
+    )  # fmt: skip
+    await reconcile(h)
+    assert [c.verb for c in h.api.calls if c.kind == "Agent"] == ["patch"]
+    assert not any(c.verb == "update-status" and c.kind == "VsphereAgent" for c in h.api.calls)
+
+    h.sync()
+    h.api.calls.clear()
+    await reconcile(h)
+    assert ("delete", "VsphereAgent", "am-1") in h.api.verbs()
+    assert not any(c.verb == "update-status" and c.kind == "VsphereAgent" for c in h.api.calls)
 
 
 async def test_an_agent_changed_before_its_unlabelling_is_planned_again_not_deleted() -> None:

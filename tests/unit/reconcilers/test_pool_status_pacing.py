@@ -182,14 +182,14 @@ def test_a_plan_flipping_back_to_the_one_just_reported_is_not_reported_again() -
     reports = plan_reports.PlannedReports(interval=30.0)
     deficit = (Action(PlannedActionType.DEMAND_DEFICIT, None, "1 more VM(s) needed"),)
     nothing = (Action(PlannedActionType.NOOP, None, "nothing to do"),)
-    delete = (Action(PlannedActionType.DELETE_VM, "vm-1", "surplus"),)
+    deferred = (Action(PlannedActionType.NOOP, "vm-1", "clean-up paused"),)
     at = [NOW + timedelta(seconds=s) for s in range(0, 200, 10)]
     # a burst: every AgentMachine flips the plan to a deficit and back
     flips = [reports.message(KEY, deficit if i % 2 == 0 else nothing, None, now=at[i])
              for i in range(8)]  # fmt: skip
     assert flips == ["planned 1 action(s): DemandDeficit", *[None] * 7]
     # another plan in between is reported, and so is the deficit after it
-    assert reports.message(KEY, delete, None, now=at[8]) == "planned 1 action(s): DeleteVM/vm-1"
+    assert reports.message(KEY, deferred, None, now=at[8]) == "planned 1 action(s): Noop/vm-1"
     assert reports.message(KEY, deficit, None, now=at[9]) == "planned 1 action(s): DemandDeficit"
     # the deficit again long after it was last planned: a new scale-up, reported
     assert reports.message(KEY, nothing, None, now=at[10]) is None
@@ -282,7 +282,7 @@ async def test_agents_prepared_in_a_burst_are_reported_together() -> None:
 
 
 def test_prepared_reports_hold_a_burst_and_report_a_failure_at_once() -> None:
-    reports = plan_reports.PreparedReports(interval=30.0)
+    reports = plan_reports.BurstReports(interval=30.0)
     key = ObjectKey("ns/p")
     assert reports.due(key, [], now=NOW) == ([], None)
     assert reports.due(key, ["a1"], now=NOW) == (["a1"], None)
@@ -295,7 +295,7 @@ def test_prepared_reports_hold_a_burst_and_report_a_failure_at_once() -> None:
 
 
 def test_prepared_reports_wait_for_the_end_of_a_burst_or_the_interval() -> None:
-    reports = plan_reports.PreparedReports(interval=30.0)
+    reports = plan_reports.BurstReports(interval=30.0)
     key = ObjectKey("ns/p")
     # more VMs on their way: held, however quiet the pool was before
     assert reports.due(key, ["a1"], now=NOW, more_coming=True) == ([], 30.0)

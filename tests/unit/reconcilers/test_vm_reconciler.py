@@ -138,6 +138,8 @@ async def test_a_bound_agent_without_bios_uuid_holds_the_deletion_by_mac() -> No
 class VmAlreadyGone:
     """A vSphere service that finds no VM (deleted by hand before the VsphereAgent)."""
 
+    vcenter = "vcenter.example:443"
+
     async def vm_by_uuid(self, **_: Any) -> None:
         return None
 

@@ -88,3 +88,28 @@ async def test_a_recorded_delete_step_still_running_is_followed_and_read_once_it
     inputs, writer = s.ctx()
     assert await vm_delete_tasks.outcome(inputs, writer, service, record) is True  # type: ignore[arg-type]
     assert service.methods() == ["task", "follow_task", "task"]
+
+
+async def test_a_noted_power_off_still_running_is_followed_and_stays_noted_until_it_ended() -> None:
+    s = es.setup(es.vsphere_agent(), es.installed_agent())
+    service = s.service
+    service.tasks[TASK] = RUNNING
+    vm = es.vm_facts()
+    inputs, writer = s.ctx()
+    inputs.vcenter.note(service, vm_delete_tasks.POWER_OFF, task=TASK, about=es.UUID, vm=vm)  # type: ignore[arg-type]
+    noted = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=es.UUID)  # type: ignore[arg-type]
+    assert noted is not None
+    record, note = noted
+    assert (record.phase, record.task_ref) == ("PowerOffIssued", TASK)
+    ended = await vm_delete_tasks.outcome(inputs, writer, service, record, noted=note)  # type: ignore[arg-type]
+    assert ended == WAITING
+    assert service.methods() == ["task", "follow_task"]
+    inputs, writer = s.ctx()  # the next pass finds it noted again (read once, kept while running)
+    again = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=es.UUID)  # type: ignore[arg-type]
+    assert again is not None
+    service.tasks[TASK] = vsphere.TaskState.SUCCESS
+    s.service.registry._task_ended(es.SERVER, TASK)
+    assert s.woken == [es.KEY]
+    inputs, writer = s.ctx()
+    assert await vm_delete_tasks.outcome(inputs, writer, service, again[0], noted=again[1]) is False  # type: ignore[arg-type]
+    assert writer.has_pending is False  # nothing written: the VM is looked up next
