@@ -217,11 +217,18 @@ def keep(value: Any, spec: Keep) -> Any:
     return compile_keep(spec)(value)
 
 
-def _trimmer(spec: Keep) -> Trim:
-    kept_of = compile_keep(spec)
+class Trimmer:
+    """The trim of a kind: called with an object, it returns what `keep` lists of it.
+    The informer also decodes the kind's LIST pages to `keep` alone (`kube.pages`)."""
 
-    def trim(obj: Mapping[str, Any]) -> dict[str, Any]:
-        kept: dict[str, Any] = kept_of(obj) or {}
+    __slots__ = ("_kept_of", "keep")
+
+    def __init__(self, keep: Keep) -> None:
+        self.keep = keep
+        self._kept_of = compile_keep(keep)
+
+    def __call__(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        kept: dict[str, Any] = self._kept_of(obj) or {}
         metadata = kept.get("metadata", {})
         annotations = metadata.get("annotations")
         if annotations is not None:
@@ -233,10 +240,8 @@ def _trimmer(spec: Keep) -> Trim:
                 del metadata["annotations"]
         return kept
 
-    return trim
 
-
-_trim_metadata: Final = _trimmer({"metadata": METADATA})
+_trim_metadata: Final = Trimmer({"metadata": METADATA})
 
 
 def trim_any(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,12 +252,12 @@ def trim_any(obj: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-trim_agent: Final = _trimmer(AGENT)
-trim_agent_machine: Final = _trimmer(AGENT_MACHINE)
-trim_machine: Final = _trimmer(MACHINE)
-trim_infra_env: Final = _trimmer(INFRA_ENV)
-trim_vsphere_agent_pool: Final = _trimmer(VSPHERE_AGENT_POOL)
-trim_vsphere_agent: Final = _trimmer(VSPHERE_AGENT)
+trim_agent: Final = Trimmer(AGENT)
+trim_agent_machine: Final = Trimmer(AGENT_MACHINE)
+trim_machine: Final = Trimmer(MACHINE)
+trim_infra_env: Final = Trimmer(INFRA_ENV)
+trim_vsphere_agent_pool: Final = Trimmer(VSPHERE_AGENT_POOL)
+trim_vsphere_agent: Final = Trimmer(VSPHERE_AGENT)
 
 BY_KIND: Final[Mapping[kinds.Kind, Trim]] = {
     kinds.AGENT: trim_agent,

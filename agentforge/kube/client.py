@@ -32,6 +32,7 @@ Watches are not retried here (see `agentforge.kube.watch`); the informer decides
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ import tenacity
 from agentforge.api.kinds import Kind
 from agentforge.kube import errors
 from agentforge.kube.config import ClusterConfig
-from agentforge.kube.transport import RetryPolicy, Transport
+from agentforge.kube.transport import Decode, RetryPolicy, Transport
 from agentforge.kube.watch import WatchStream
 
 __all__ = [
@@ -131,8 +132,10 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
+        decode: Decode = json.loads,
     ) -> AsyncGenerator[ListPage, None]:
-        """Yield a consistent LIST one page at a time (memory: one page in flight).
+        """Yield a consistent LIST one page at a time (memory: one page in flight),
+        each decoded by `decode` (the informer's: only the fields it keeps, `kube.pages`).
 
         Continue tokens pin the snapshot of the first page; an expired token surfaces
         as `errors.Gone` and the caller restarts the list.
@@ -143,7 +146,9 @@ class KubeClient:
         while True:
             if token:
                 params["continue"] = token
-            body = await self._call("GET", kind, "list", namespace=namespace, params=params)
+            body = await self._call(
+                "GET", kind, "list", namespace=namespace, params=params, decode=decode
+            )
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None
             yield ListPage(
@@ -404,6 +409,7 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         repeatable: bool = True,
+        decode: Decode = json.loads,
     ) -> JsonObj:
         """Any JSON call (for APIs without a `Kind`, e.g. TokenRequest, /version)."""
         return await self._transport.request(
@@ -415,6 +421,7 @@ class KubeClient:
             body=body,
             content_type=content_type,
             repeatable=repeatable,
+            decode=decode,
         )
 
     async def _call(
@@ -430,6 +437,7 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         repeatable: bool = True,
+        decode: Decode = json.loads,
     ) -> JsonObj:
         if kind.namespaced and name is not None and not namespace:
             raise ValueError(f"{kind.kind} {name!r} is namespaced: a namespace is required")
@@ -447,6 +455,7 @@ class KubeClient:
             body=body,
             content_type=content_type,
             repeatable=repeatable,
+            decode=decode,
         )
 
 

@@ -15,7 +15,9 @@ The contract (client-go `tools/cache/reflector.go`, DESIGN.md "Informer"):
   closing streams at once must not be hammered); the backoff resets once a watch
   has been healthy for a while.
 * Each object passes through `transform` (default `api.trim.trim_any`) before it
-  is cached, so only trimmed dicts are kept.
+  is cached, so only trimmed dicts are kept. A kind's `api.trim.Trimmer` also
+  decodes its LIST pages to the fields it keeps (`kube.pages`): the rest of an
+  object is skipped while parsing, never built.
 * An optional `parse` hook turns a cached object into the record its readers use
   (`record(key)`), once per object version, on the first read: the sync path parses
   nothing (start-up pays for the list alone), and an object no reader asks for is
@@ -35,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import json
 import logging
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
@@ -43,10 +46,11 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from agentforge.api.kinds import Kind
-from agentforge.api.trim import Trim, trim_any
-from agentforge.kube import errors
+from agentforge.api.trim import Trim, Trimmer, trim_any
+from agentforge.kube import errors, pages
 from agentforge.kube.delta import Change, ChangeType, Relist, apply_delete, apply_upsert
 from agentforge.kube.store import IndexFunc, ObjectKey, Store, key_for
+from agentforge.kube.transport import Decode
 from agentforge.kube.watch import EventType, WatchEvent
 from agentforge.ratelimit import Backoff
 
@@ -97,6 +101,7 @@ class ListWatcher(Protocol):
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
+        decode: Decode = json.loads,
     ) -> AsyncGenerator[_Page, None]: ...
 
     def watch(
@@ -148,6 +153,9 @@ class Informer:
         self._label_selector = label_selector
         self._field_selector = field_selector
         self._transform = transform
+        self._decode: Decode = json.loads
+        if isinstance(transform, Trimmer):  # a kind's own trim: decode pages to it
+            self._decode = pages.decoder(transform.keep)
         self._parse = parse
         self._records: dict[ObjectKey, object] = {}
         self._page_size = page_size
@@ -305,15 +313,16 @@ class Informer:
     async def _relist(self, namespace: str | None) -> None:
         relist = Relist(self.store, namespace=namespace)
         resource_version = ""
-        pages = self._client.list_pages(
+        listed = self._client.list_pages(
             self.kind,
             namespace=namespace,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
             limit=self._page_size,
+            decode=self._decode,
         )
-        async with contextlib.aclosing(pages):
-            async for page in pages:
+        async with contextlib.aclosing(listed):
+            async for page in listed:
                 items = [self._transform(obj) for obj in page.items]
                 self._dispatch(relist.apply(items))
                 resource_version = page.resource_version

@@ -37,11 +37,13 @@ from prometheus_client import Counter, Histogram
 from agentforge.kube import errors
 from agentforge.kube.config import ClusterConfig
 
-__all__ = ["REQUESTS", "REQUEST_DURATION", "RetryPolicy", "Transport"]
+__all__ = ["REQUESTS", "REQUEST_DURATION", "Decode", "RetryPolicy", "Transport"]
 
 log = logging.getLogger(__name__)
 
 JsonObj = dict[str, Any]
+Decode = Callable[[bytes], Any]
+"""Reads an answer's JSON (`json.loads`, or the informer's page decoder: `kube.pages`)."""
 
 REQUESTS = Counter(
     "agent_forge_kube_requests_total",
@@ -136,8 +138,10 @@ class Transport:
         body: Any = None,
         content_type: str = "application/json",
         repeatable: bool = True,
+        decode: Decode = json.loads,
     ) -> JsonObj:
-        """Any JSON call (for APIs without a `Kind`, e.g. TokenRequest, /version)."""
+        """Any JSON call (for APIs without a `Kind`, e.g. TokenRequest, /version);
+        `decode` reads the answer's JSON (the informer's pages: `kube.pages`)."""
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self._retry.attempts),
             wait=_retry_after_wait(self._retry),
@@ -165,7 +169,7 @@ class Transport:
                 finally:
                     response.release()
                 try:
-                    decoded = json.loads(raw) if raw else {}
+                    decoded = decode(raw) if raw else {}
                 except ValueError as exc:
                     raise errors.TransportError(
                         f"{method} {path}: the answer is not JSON ({len(raw)} bytes)"

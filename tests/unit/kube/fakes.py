@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -138,6 +139,7 @@ class FakeApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
+        decode: Callable[[bytes], Any] = json.loads,
     ) -> AsyncGenerator[Page, None]:
         self.list_calls.append(ListCall(namespace, limit))
         self.list_times.append(asyncio.get_running_loop().time())
@@ -150,9 +152,8 @@ class FakeApi:
         ]
         for start in range(0, max(len(items), 1), limit):
             await asyncio.sleep(0)
-            yield Page(
-                items=[dict(o) for o in items[start : start + limit]], resource_version=self.list_rv
-            )
+            body = json.dumps({"items": items[start : start + limit]}).encode()
+            yield Page(items=decode(body)["items"], resource_version=self.list_rv)
 
     def watch(
         self,
