@@ -38,7 +38,8 @@ from agentforge.api import kinds
 class Shared:
     """Keep `spec` (without the keys in `without`), then store the kept mapping once
     and share it with every cached object holding an equal one. Only mappings whose
-    values are all strings or booleans are shared; any other value is kept as is."""
+    values are all strings or booleans, and lists of them, are shared; any other value
+    is kept as is."""
 
     spec: Keep = True
     without: frozenset[str] = frozenset()
@@ -107,7 +108,7 @@ AGENT: Final[Keep] = {
         "clusterDeploymentName": True,
     },
     "status": {
-        "conditions": [_AGENT_CONDITION],
+        "conditions": Shared([_AGENT_CONDITION]),
         "debugInfo": Shared({"state": True}),
         "inventory": {
             "hostname": True,
@@ -120,7 +121,7 @@ AGENT: Final[Keep] = {
 AGENT_MACHINE: Final[Keep] = {
     **_SHARED_ENVELOPE,
     "spec": {"agentLabelSelector": {"matchLabels": Shared()}, "providerID": True},
-    "status": {"agentRef": True, "conditions": [Shared(_CONDITION)]},
+    "status": {"agentRef": True, "conditions": Shared([Shared(_CONDITION)])},
 }
 
 MACHINE: Final[Keep] = {
@@ -160,12 +161,29 @@ _SHARED_MAX: Final = 4096
 _shared: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
+_LIST: Final = object()  # starts a shared list's key (a mapping's holds strings alone)
+
+
+def _flat(kept: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A mapping of strings and booleans as a tuple of its keys then values (None for
+    any other: a number would compare equal to a boolean)."""
+    if all(type(v) in (str, bool) for v in kept.values()):
+        return (*kept, *kept.values())
+    return None
+
+
 def _share(kept: Any) -> Any:
-    """The one stored mapping equal to `kept`; `kept` itself when it is not a mapping
-    of strings and booleans (a number would compare equal to a boolean)."""
-    if not isinstance(kept, dict) or not all(type(v) in (str, bool) for v in kept.values()):
+    """The one stored value equal to `kept`, when it is a mapping of strings and
+    booleans or a list of such mappings (an object's conditions); else `kept` itself."""
+    key: tuple[Any, ...] | None = None
+    if isinstance(kept, dict):
+        key = _flat(kept)
+    elif isinstance(kept, list) and all(isinstance(item, dict) for item in kept):
+        flats = [flat for item in kept if (flat := _flat(item)) is not None]
+        if len(flats) == len(kept):
+            key = (_LIST, *(part for flat in flats for part in (len(flat), *flat)))
+    if key is None:
         return kept
-    key = (*kept, *kept.values())
     found = _shared.get(key)
     if found is not None:
         return found

@@ -400,7 +400,9 @@ def test_capi_objects_share_labels_annotations_selectors_conditions_and_status(
     assert first["metadata"]["annotations"] is second["metadata"]["annotations"]
     matches = first["spec"]["agentLabelSelector"], second["spec"]["agentLabelSelector"]
     assert matches[0]["matchLabels"] is matches[1]["matchLabels"]
-    assert first["status"]["conditions"][0] is second["status"]["conditions"][0]
+    assert first["status"]["conditions"] is second["status"]["conditions"]
+    agents = trim.trim_agent(fixture("agent.yaml")), trim.trim_agent(fixture("agent.yaml"))
+    assert agents[0]["status"]["conditions"] is agents[1]["status"]["conditions"]
     raw = fixture("machine.yaml")
     del raw["status"]["nodeRef"]
     machines = trim.trim_machine(raw), trim.trim_machine(copy.deepcopy(raw))
@@ -497,3 +499,13 @@ def test_trims_intern_keys_and_short_values() -> None:
     assert k1 is k2
     assert v1 is v2
     assert v1 is sys.intern("True")
+
+
+def test_only_equal_lists_of_shareable_mappings_are_shared() -> None:
+    spec = trim.Shared([trim.Shared()])
+    assert trim.keep([{"a": "x"}, {"b": "y"}], spec) is trim.keep([{"a": "x"}, {"b": "y"}], spec)
+    assert trim.keep([{"a": "x"}, {"b": "y"}], spec) is not trim.keep([{"a": "x", "b": "y"}], spec)
+    assert trim.keep([{"a": "x"}], spec) is not trim.keep([{"a": "x"}, {"a": "x"}], spec)
+    one, other = trim.keep([{"n": 1}], spec), trim.keep([{"n": 1}], spec)
+    assert one == other == [{"n": 1}]
+    assert one is not other
