@@ -63,8 +63,7 @@ class ScaleUpReconciler:
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         obj = self._agent_machines.get_by_key(key)
-        am = records.record(self._agent_machines, key, AgentMachineFacts)
-        if obj is None or am is None or am.deleting or not am.waiting:
+        if obj is None:
             return None
         node_pool_key = indexes.control_plane_object_key(obj)
         if node_pool_key is None:
@@ -74,7 +73,10 @@ class ScaleUpReconciler:
             key=lambda p: _meta(p).get("name", ""),
         )
         live = [p for p in pools if not _meta(p).get("deletionTimestamp")]
-        if not live:
+        if not live:  # no pool serves its NodePool: its record is never parsed
+            return None
+        am = records.record(self._agent_machines, key, AgentMachineFacts)
+        if am is None or am.deleting or not am.waiting:
             return None
         if len(live) > 1:
             await self._ambiguous(obj, key, live)
