@@ -47,6 +47,7 @@ class KubeModel(BaseModel):
         serialize_by_alias=True,
         use_attribute_docstrings=True,
         extra="ignore",
+        defer_build=True,  # validators built on first use: an idle operator parses none
     )
 
 
@@ -60,6 +61,7 @@ class View(BaseModel):
         serialize_by_alias=True,
         use_attribute_docstrings=True,
         extra="ignore",
+        defer_build=True,  # validators built on first use: an idle operator parses none
         frozen=True,
     )
 
