@@ -18,12 +18,13 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from agentforge.api.trim import Keep, Shared
 from agentforge.kube.transport import Decode
 
-__all__ = ["Decode", "decoder"]
+__all__ = ["SMALL", "Decode", "decoder"]
+
+SMALL = 64 * 1024
+"""Bytes below which an answer is read whole (a page of about ten Agents)."""
 
 _names = itertools.count()
 # `TypedDict(name, fields)` with computed fields: mypy only checks literal ones.
@@ -44,7 +45,25 @@ def _shape(spec: Keep) -> Any:
 
 
 def decoder(keep: Keep) -> Decode:
-    """Decode a LIST response to its `metadata` and, of each item, what `keep` lists."""
+    """Decode a LIST response to its `metadata` and, of each item, what `keep` lists.
+    An answer below `SMALL` bytes (an empty list, a few objects) is read with
+    `json.loads`: msgspec is imported, and the decoder built, for the first large one."""
+    typed: Decode | None = None
+
+    def decode(raw: bytes) -> Any:
+        nonlocal typed
+        if len(raw) < SMALL:
+            return json.loads(raw)
+        if typed is None:
+            typed = _typed(keep)
+        return typed(raw)
+
+    return decode
+
+
+def _typed(keep: Keep) -> Decode:
+    import msgspec  # noqa: PLC0415 (an operator whose pages are all small never loads it)
+
     page = _typed_dict(
         f"Page{next(_names)}",
         {"metadata": dict[str, Any], "items": list[_shape(keep)]},  # type: ignore[misc]

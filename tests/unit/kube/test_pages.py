@@ -23,7 +23,8 @@ TRIMS = {
 
 
 def _page(*items: dict[str, Any]) -> bytes:
-    meta = {"resourceVersion": "42", "continue": "token"}
+    """A LIST answer of `items`, padded past `pages.SMALL` (smaller ones are read whole)."""
+    meta = {"resourceVersion": "42", "continue": "token", "padding": "x" * pages.SMALL}
     return json.dumps({"kind": "List", "metadata": meta, "items": list(items)}).encode()
 
 
@@ -66,6 +67,14 @@ def test_a_page_of_another_shape_is_decoded_whole_and_trimmed_as_before(
     ]
 
 
-def test_an_answer_that_is_not_json_fails_as_json_loads_does() -> None:
+@pytest.mark.parametrize("size", [16, pages.SMALL])
+def test_an_answer_that_is_not_json_fails_as_json_loads_does(size: int) -> None:
     with pytest.raises(ValueError):
-        pages.decoder(trim.AGENT)(b"<html>502</html>")
+        pages.decoder(trim.AGENT)(b"<html>502</html>".ljust(size))
+
+
+def test_a_small_answer_is_read_whole_with_json_loads() -> None:
+    agent = copy.deepcopy(read_fixture("agent.yaml"))
+    raw = json.dumps({"metadata": {}, "items": [agent]}).encode()
+    assert len(raw) < pages.SMALL
+    assert pages.decoder(trim.AGENT)(raw) == json.loads(raw)
