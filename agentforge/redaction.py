@@ -295,8 +295,12 @@ _XML_ELEMENT = re.compile(
 )
 _CLOSING = ",;.)]}\"'\\"
 # `%` too: a percent-encoded credential is one value (and what follows it cannot turn
-# into a token path on a second pass: `Bearer x%62yapikey/y`).
-_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/%-]+=*)")
+# into a token path on a second pass: `Bearer x%62yapikey/y`). A value ends where no
+# letter or digit follows: cut inside a word, the rest could begin a header or a cookie
+# that stands alone once the value is gone (`Bearer x=Cookie: y=z`).
+_BEARER = re.compile(
+    r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/%-]+=*)(?![A-Za-z0-9])"
+)
 
 
 def _url_in_text(match: re.Match[str]) -> str:
