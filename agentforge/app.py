@@ -257,7 +257,19 @@ async def _log_when_synced(informers: Mapping[kinds.Kind, Informer]) -> None:
             "objects": {kind.plural: len(i.list()) for kind, i in informers.items()},
         },
     )
+    _return_freed_heap()
     await asyncio.Event().wait()  # background tasks end only when cancelled
+
+
+def _return_freed_heap() -> None:
+    """Give the heap the sync freed back to the system (glibc's `malloc_trim`): the
+    LIST pages' buffers and what parsing them allocated are freed, but glibc keeps
+    free heap pages mapped, about 3 MB of the RSS of 30,000 objects cached. Nothing
+    happens where the C library has no `malloc_trim` (musl)."""
+    import ctypes  # noqa: PLC0415 (used once, here)
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 async def _cancel_all(tasks: Mapping[asyncio.Future[None], str]) -> None:
