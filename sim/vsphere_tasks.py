@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from agentforge import vsphere
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.waits import TaskWaits
-from agentforge.vsphere.vm import cdrom
 
 __all__ = ["TaskDriver"]
 
@@ -215,7 +214,7 @@ class TaskDriver:
             # ended: the VM's facts decide, as the ejection's next pass reads them
             got = await service.vm_by_uuid(datacenter=datacenter, bios_uuid=vm_uuid)
             device = got.cdrom(outcome.device_key) if got is not None else None
-            empty = device is not None and cdrom.is_empty(device)
+            empty = device is not None and device.is_empty()
             return dataclasses.replace(
                 outcome,
                 state=vsphere.EjectState.EJECTED if empty else vsphere.EjectState.NOT_EJECTED,

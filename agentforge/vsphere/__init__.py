@@ -46,7 +46,7 @@ from agentforge.vsphere.model.errors import (
     VcenterUnreachable,
     VsphereError,
 )
-from agentforge.vsphere.model.facts import TaskFacts, TaskState
+from agentforge.vsphere.model.facts import EjectOutcome, EjectState, TaskFacts, TaskState
 from agentforge.vsphere.model.markers import OwnershipMarkers, Verdict
 from agentforge.vsphere.service import VsphereService
 from agentforge.vsphere.session.credentials import AccountKey, Credentials, SessionKey
@@ -55,7 +55,6 @@ from agentforge.vsphere.session.registry import WAIT_FOR_LOGIN, SessionRegistry,
 from agentforge.vsphere.session.vcenter_session import Session, SessionOptions
 from agentforge.vsphere.tasks.slots import Slot, TaskSlots
 from agentforge.vsphere.vm.build_specs import Firmware, Hardware, NicType, ScsiType
-from agentforge.vsphere.vm.cdrom import EjectOutcome, EjectState
 from agentforge.vsphere.vm.compute_cluster import HostState
 from agentforge.vsphere.vm.owned import DeleteStep
 from agentforge.vsphere.vm.provision import Started, VmRequest

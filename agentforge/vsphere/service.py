@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from agentforge.vsphere.iso import datastore_files as datastore
 from agentforge.vsphere.iso import pipeline as iso
 from agentforge.vsphere.model import errors
-from agentforge.vsphere.model.facts import TaskFacts
+from agentforge.vsphere.model.facts import EjectOutcome, TaskFacts
 from agentforge.vsphere.model.markers import OwnershipMarkers
 from agentforge.vsphere.session.credentials import Credentials
 from agentforge.vsphere.session.registry import SessionRegistry
@@ -188,7 +188,7 @@ class VsphereService:
         expected_backing: str,
         markers: OwnershipMarkers,
         slot: Slot,
-    ) -> cdrom.EjectOutcome:
+    ) -> EjectOutcome:
         """Start the reconfigure and follow it, never wait for it (`EjectState.IN_PROGRESS`)."""
         return await cdrom.eject(
             await self._session_for(slot),
@@ -211,9 +211,7 @@ class VsphereService:
             expected_markers=markers,
         )
 
-    async def resume_eject(
-        self, *, datacenter: str, vm_uuid: str, device_key: int
-    ) -> cdrom.EjectOutcome:
+    async def resume_eject(self, *, datacenter: str, vm_uuid: str, device_key: int) -> EjectOutcome:
         """The device's state; a reconfigure still running is followed, not waited for."""
         return await cdrom.resume(
             await self.session(),

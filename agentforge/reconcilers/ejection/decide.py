@@ -27,10 +27,17 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from agentforge import vsphere
 from agentforge.api.vsphereagent import ISOEjectionPhase, ISOEjectionRecord
 from agentforge.vsphere.model import markers as vmarkers
-from agentforge.vsphere.vm import cdrom as vcdrom
+from agentforge.vsphere.model.facts import (
+    Cdrom,
+    EjectOutcome,
+    EjectState,
+    MediumKind,
+    Question,
+    VmFacts,
+)
+from agentforge.vsphere.model.markers import OwnershipMarkers, Verdict
 
 __all__ = [
     "Device",
@@ -58,12 +65,12 @@ class Device(enum.Enum):
     UNKNOWN = "not observed"
 
 
-def device_state(record: ISOEjectionRecord, cdrom: vsphere.Cdrom | None) -> Device:
+def device_state(record: ISOEjectionRecord, cdrom: Cdrom | None) -> Device:
     if cdrom is None:
         return Device.GONE
-    if vcdrom.is_empty(cdrom):
+    if cdrom.is_empty():
         return Device.EMPTY
-    if cdrom.kind is vsphere.MediumKind.ISO and cdrom.backing_file == record.iso_path:
+    if cdrom.kind is MediumKind.ISO and cdrom.backing_file == record.iso_path:
         return Device.ATTACHED
     return Device.OTHER
 
@@ -73,13 +80,13 @@ class Observation:
     """What is known of the recorded VM right now (from its facts or a task outcome)."""
 
     exists: bool = True
-    verdict: vsphere.Verdict | None = None
+    verdict: Verdict | None = None
     """Its markers against the expected ones (None: not read in this observation)."""
     name_matches: bool = True
     """Its name is the recorded one (what lets an unmarked VM count as ours)."""
     device: Device = Device.UNKNOWN
     medium: str | None = None
-    question: vsphere.Question | None = None
+    question: Question | None = None
     running: bool | None = None
     """A reconfigure of the VM is running (None: unknown; resume to find out)."""
     ejected: bool = False
@@ -90,9 +97,9 @@ class Observation:
     def of_vm(
         cls,
         record: ISOEjectionRecord,
-        vm: vsphere.VmFacts | None,
+        vm: VmFacts | None,
         *,
-        expected: vsphere.OwnershipMarkers,
+        expected: OwnershipMarkers,
     ) -> Observation:
         if vm is None:
             return cls(exists=False)
@@ -106,11 +113,11 @@ class Observation:
         )
 
     @classmethod
-    def of_outcome(cls, record: ISOEjectionRecord, outcome: vsphere.EjectOutcome) -> Observation:
+    def of_outcome(cls, record: ISOEjectionRecord, outcome: EjectOutcome) -> Observation:
         """A task outcome; an EJECTED outcome is only passed here when it is our own task."""
-        if outcome.state is vsphere.EjectState.EJECTED:
+        if outcome.state is EjectState.EJECTED:
             return cls(ejected=True, device=Device.EMPTY, task_id=outcome.task_id)
-        if outcome.state is vsphere.EjectState.QUESTION_PENDING:
+        if outcome.state is EjectState.QUESTION_PENDING:
             return cls(running=True, question=outcome.question, task_id=outcome.task_id)
         found = outcome.cdrom
         return cls(
@@ -121,12 +128,12 @@ class Observation:
         )
 
 
-def record_markers(record: ISOEjectionRecord) -> vsphere.OwnershipMarkers | None:
+def record_markers(record: ISOEjectionRecord) -> OwnershipMarkers | None:
     """The markers the record demands (None: a Go operator record, which names none)."""
     o = record.ownership
     if o is None:
         return None
-    return vsphere.OwnershipMarkers(
+    return OwnershipMarkers(
         pool_namespace=o.pool_namespace,
         pool_name=o.pool_name,
         pool_uid=o.pool_uid,
@@ -173,8 +180,8 @@ def next_step(
             StepKind.REFUSE,
             f"{vm} not found in datacenter {record.datacenter}; the ejection record is kept",
         )
-    unmarked = seen.verdict is vsphere.Verdict.UNMARKED
-    if seen.verdict is vsphere.Verdict.FOREIGN:
+    unmarked = seen.verdict is Verdict.UNMARKED
+    if seen.verdict is Verdict.FOREIGN:
         return _refuse(
             f"{vm} carries another owner's ownership markers", record=record, finalizing=finalizing
         )
@@ -270,7 +277,7 @@ def _unknown_phase(
 def _with_question(
     record: ISOEjectionRecord,
     seen: Observation,
-    question: vsphere.Question,
+    question: Question,
     *,
     vm: str,
     finalizing: bool,

@@ -35,7 +35,6 @@ from agentforge.api import views
 from agentforge.api.conditions import ISOEjectedReason
 from agentforge.reconcilers.infra import iso_cache
 from agentforge.vsphere.model import markers as vmarkers
-from agentforge.vsphere.vm import cdrom as vcdrom
 
 __all__ = [
     "Hold",
@@ -224,7 +223,7 @@ def why_not_ours(cdrom: vsphere.Cdrom, *, datastore: str, prefix: str) -> str:
     """What `cdrom` holds and why it is not one of the pool's cached ISOs."""
     device = f"CD-ROM {cdrom.key}"
     backing = cdrom.backing_file
-    if vcdrom.is_empty(cdrom):
+    if cdrom.is_empty():
         return f"{device} is disconnected and empty"
     if cdrom.kind is vsphere.MediumKind.CLIENT:
         return f"{device} is backed by a client device, not an ISO file"
@@ -303,7 +302,7 @@ def plan_start(
             message=f"{agent_name} reports MACs {macs}, not {vm_has}; nothing was touched",
         )
     ours = candidates(vm.cdroms, datastore=datastore, prefix=prefix)
-    if not ours and all(vcdrom.is_empty(c) for c in vm.cdroms):
+    if not ours and all(c.is_empty() for c in vm.cdroms):
         # What an eject leaves (ours before a reinstall, or someone's): already done.
         empty = ", ".join(f"CD-ROM {c.key}" for c in vm.cdroms)
         return StartPlan(

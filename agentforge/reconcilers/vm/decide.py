@@ -32,10 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agentforge import identity, vsphere
+from agentforge import identity
 from agentforge.api import names
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord, VsphereAgent
 from agentforge.vsphere.model import markers as vmarkers
+from agentforge.vsphere.model.errors import AlreadyExists, InvalidState, TransientError
+from agentforge.vsphere.model.facts import PowerState, TaskFacts, TaskState, VmFacts
+from agentforge.vsphere.model.markers import OwnershipMarkers, Verdict
 
 __all__ = [
     "AdoptStep",
@@ -60,17 +63,17 @@ class Ownership(StrEnum):
 
 
 def ownership(
-    vm: vsphere.VmFacts,
+    vm: VmFacts,
     *,
-    expected: vsphere.OwnershipMarkers,
+    expected: OwnershipMarkers,
     recorded_uuid: str | None,
     recorded_name: str | None,
 ) -> Ownership:
     verdict = vmarkers.verdict(found=vm.markers, expected=expected)
-    if verdict is vsphere.Verdict.OURS:
+    if verdict is Verdict.OURS:
         return Ownership.OURS
     if (
-        verdict is vsphere.Verdict.UNMARKED
+        verdict is Verdict.UNMARKED
         and recorded_uuid
         and recorded_name
         and vm.bios_uuid == identity.normalize_uuid(recorded_uuid)
@@ -80,9 +83,9 @@ def ownership(
     return Ownership.NOT_OURS
 
 
-def record_markers(record: CreationRecord) -> vsphere.OwnershipMarkers:
+def record_markers(record: CreationRecord) -> OwnershipMarkers:
     o = record.ownership
-    return vsphere.OwnershipMarkers(
+    return OwnershipMarkers(
         pool_namespace=o.pool_namespace,
         pool_name=o.pool_name,
         pool_uid=o.pool_uid,
@@ -106,7 +109,7 @@ class ResumeStep(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Resume:
     step: ResumeStep
-    vm: vsphere.VmFacts | None = None
+    vm: VmFacts | None = None
     why: str = ""
     """What the recorded task and the lookups said (for conditions and logs)."""
 
@@ -114,11 +117,11 @@ class Resume:
 def resume(
     record: CreationRecord,
     *,
-    by_uuid: vsphere.VmFacts | None,
-    by_name: vsphere.VmFacts | None,
-    task: vsphere.TaskFacts | None = None,
+    by_uuid: VmFacts | None,
+    by_name: VmFacts | None,
+    task: TaskFacts | None = None,
     task_gone: bool = False,
-    creates_in_flight: Sequence[vsphere.TaskFacts] = (),
+    creates_in_flight: Sequence[TaskFacts] = (),
 ) -> Resume:
     """What to do with a recorded creation (see the module doc).
 
@@ -156,7 +159,7 @@ class PowerOnEnd(StrEnum):
     """Failed: report it once; the VM is powered on again after the backoff."""
 
 
-def power_on_ended(task: vsphere.TaskFacts | None) -> PowerOnEnd:
+def power_on_ended(task: TaskFacts | None) -> PowerOnEnd:
     """What a noted power-on's outcome means (`task` None: vCenter forgot it).
 
     `InvalidState` (`InvalidPowerState`) is what vCenter answers a power-on of a VM that
@@ -168,8 +171,8 @@ def power_on_ended(task: vsphere.TaskFacts | None) -> PowerOnEnd:
     if task.running:
         return PowerOnEnd.WAIT
     if task.error is None:
-        return PowerOnEnd.DONE if task.state is vsphere.TaskState.SUCCESS else PowerOnEnd.LOOK_UP
-    if isinstance(task.error, (vsphere.InvalidState, vsphere.TransientError)):
+        return PowerOnEnd.DONE if task.state is TaskState.SUCCESS else PowerOnEnd.LOOK_UP
+    if isinstance(task.error, (InvalidState, TransientError)):
         return PowerOnEnd.LOOK_UP
     return PowerOnEnd.FAILED
 
@@ -178,33 +181,31 @@ def _task_kind(record: CreationRecord) -> str:
     return "power-on" if record.phase == CreationPhase.POWER_ON_ISSUED else "create"
 
 
-def _what_the_task_told(
-    record: CreationRecord, *, task: vsphere.TaskFacts | None, task_gone: bool
-) -> str:
+def _what_the_task_told(record: CreationRecord, *, task: TaskFacts | None, task_gone: bool) -> str:
     kind = _task_kind(record)
     if task_gone:
         return f"vCenter no longer knows {kind} task {record.task_ref}"
     if task is None:
         return f"no {kind} task was recorded"
-    if task.state is vsphere.TaskState.ERROR:
-        if isinstance(task.error, vsphere.AlreadyExists):  # DuplicateName, holder gone since
+    if task.state is TaskState.ERROR:
+        if isinstance(task.error, AlreadyExists):  # DuplicateName, holder gone since
             return f"{kind} task {task.moid} found the name taken ({task.error})"
         return f"{kind} task {task.moid} failed ({task.error})"
     return f"{kind} task {task.moid} succeeded but the VM is gone"
 
 
 def _found(
-    record: CreationRecord, *, by_uuid: vsphere.VmFacts | None, by_name: vsphere.VmFacts | None
+    record: CreationRecord, *, by_uuid: VmFacts | None, by_name: VmFacts | None
 ) -> Resume | None:
     expected = record_markers(record)
     if by_uuid is not None:
-        if vmarkers.verdict(found=by_uuid.markers, expected=expected) is not vsphere.Verdict.OURS:
+        if vmarkers.verdict(found=by_uuid.markers, expected=expected) is not Verdict.OURS:
             return Resume(ResumeStep.CONFLICT, by_uuid)
-        if by_uuid.name == record.vm_name and by_uuid.power_state is not vsphere.PowerState.ON:
+        if by_uuid.name == record.vm_name and by_uuid.power_state is not PowerState.ON:
             return Resume(ResumeStep.FINISH, by_uuid)
         return Resume(ResumeStep.RECORD, by_uuid)
     if by_name is not None:
-        if vmarkers.verdict(found=by_name.markers, expected=expected) is vsphere.Verdict.OURS:
+        if vmarkers.verdict(found=by_name.markers, expected=expected) is Verdict.OURS:
             return Resume(ResumeStep.FINISH, by_name)
         return Resume(ResumeStep.CONFLICT, by_name)
     return None
@@ -242,11 +243,11 @@ class Adoption:
 
 
 def adoption(
-    vm: vsphere.VmFacts | None,
+    vm: VmFacts | None,
     *,
     name: str,
     bios_uuid: str | None,
-    expected: vsphere.OwnershipMarkers,
+    expected: OwnershipMarkers,
 ) -> Adoption:
     """What to do with the VM found for an adopted VsphereAgent's record."""
     wanted = f"VM {name}" + (f" (BIOS UUID {bios_uuid})" if bios_uuid else "")
@@ -262,9 +263,9 @@ def adoption(
             AdoptStep.UNAVAILABLE, f"VM {name} has BIOS UUID {vm.bios_uuid}, not {bios_uuid}"
         )
     verdict = vmarkers.verdict(found=vm.markers, expected=expected)
-    if verdict is vsphere.Verdict.OURS:
+    if verdict is Verdict.OURS:
         return Adoption(AdoptStep.ADOPTED, f"{wanted} carries our ownership markers")
-    if verdict is vsphere.Verdict.UNMARKED:
+    if verdict is Verdict.UNMARKED:
         return Adoption(AdoptStep.STAMP, f"{wanted} is unmarked; stamping ownership markers")
     return Adoption(
         AdoptStep.MISMATCH,

@@ -45,6 +45,10 @@ class Cdrom:
     connected: bool
     start_connected: bool
 
+    def is_empty(self) -> bool:
+        """Disconnected and holding no ISO: what a finished eject leaves behind."""
+        return self.kind is not MediumKind.ISO and not self.connected and not self.start_connected
+
 
 @dataclass(frozen=True, slots=True)
 class Choice:
@@ -105,3 +109,24 @@ class TaskFacts:
     @property
     def running(self) -> bool:
         return self.state in (TaskState.QUEUED, TaskState.RUNNING)
+
+
+class EjectState(enum.Enum):
+    EJECTED = "Ejected"
+    QUESTION_PENDING = "QuestionPending"
+    NOT_EJECTED = "NotEjected"
+    IN_PROGRESS = "InProgress"
+    """The reconfigure runs and no question is pending yet; it is followed."""
+
+
+@dataclass(frozen=True, slots=True)
+class EjectOutcome:
+    """What an eject started or resumed found (`vsphere.vm.cdrom`)."""
+
+    state: EjectState
+    vm_moid: str
+    device_key: int
+    task_id: str | None = None
+    question: Question | None = None
+    cdrom: Cdrom | None = None
+    already: bool = False

@@ -19,12 +19,11 @@ Promises (DOMAIN.md section 4, the seed's ejection rules):
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
 from typing import Any
 
 from agentforge.vsphere import metrics, vmomi
 from agentforge.vsphere.model import errors, markers
+from agentforge.vsphere.model.facts import EjectOutcome, EjectState
 from agentforge.vsphere.session.vcenter_session import Session
 from agentforge.vsphere.tasks.slots import Slot
 from agentforge.vsphere.vm import build_specs as specs
@@ -34,32 +33,6 @@ from agentforge.vsphere.vmomi import PC, vim
 
 RECONFIGURE_IDS = frozenset({"VirtualMachine.reconfigure", "VirtualMachine.reconfigVm"})
 YES = "0"
-
-
-class EjectState(enum.Enum):
-    EJECTED = "Ejected"
-    QUESTION_PENDING = "QuestionPending"
-    NOT_EJECTED = "NotEjected"
-    IN_PROGRESS = "InProgress"
-    """The reconfigure runs and no question is pending yet; it is followed."""
-
-
-@dataclass(frozen=True, slots=True)
-class EjectOutcome:
-    state: EjectState
-    vm_moid: str
-    device_key: int
-    task_id: str | None = None
-    question: facts.Question | None = None
-    cdrom: facts.Cdrom | None = None
-    already: bool = False
-
-
-def is_empty(cdrom: facts.Cdrom) -> bool:
-    """Disconnected and holding no ISO: what a finished eject leaves behind."""
-    return (
-        cdrom.kind is not facts.MediumKind.ISO and not cdrom.connected and not cdrom.start_connected
-    )
 
 
 async def eject(
@@ -118,7 +91,7 @@ async def _eject(
             device_key=device_key,
         )
     if cdrom.kind is not facts.MediumKind.ISO or cdrom.backing_file != expected_backing:
-        if is_empty(cdrom):
+        if cdrom.is_empty():
             return EjectOutcome(EjectState.EJECTED, got.moid, device_key, cdrom=cdrom, already=True)
         raise errors.MediaMismatch(
             f"CD-ROM {device_key} of VM {got.name} holds "
@@ -193,7 +166,7 @@ async def resume(
             )
         session.follow(running, vm=ref)
         return EjectOutcome(EjectState.IN_PROGRESS, got.moid, device_key, task_id=running._moId)
-    if cdrom is not None and is_empty(cdrom):
+    if cdrom is not None and cdrom.is_empty():
         return EjectOutcome(EjectState.EJECTED, got.moid, device_key, cdrom=cdrom)
     return EjectOutcome(
         EjectState.NOT_EJECTED, got.moid, device_key, cdrom=cdrom, question=got.question
