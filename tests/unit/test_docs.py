@@ -28,7 +28,7 @@ from agentforge.api.vm import VMPhase, VMReason
 from agentforge.reconcilers.common.event_reasons import InfraEvent, RuleEvent, VmEvent
 from agentforge.reconcilers.ejection.status import EjectionEvent
 from agentforge.reconcilers.pool.apply import PoolEvent
-from agentforge.reconcilers.pool.capacity_metrics import CapacityState
+from agentforge.reconcilers.pool.reconcile import CapacityState
 from agentforge.reconcilers.scaleup.reconcile import ScaleUpEvent
 from scripts import settings_reference, validate_manifests
 from sim.world import DEFAULT_INFRAENV, DEFAULT_SECRET, samples

@@ -1,9 +1,9 @@
 """The `vm` controller (key: VsphereAgent): one VM per VsphereAgent, created once, deleted safely.
 
-Owns the controller and its dispatch (`vm`), the reconcile context and the only way it
-writes a VsphereAgent's status (`vm_context`), creation across crashes (`vm_create`,
-`vm_lookup`, `vm_stamp`), adoption of an existing VM (`adopt`), safe deletion
-(`vm_delete`, `vm_delete_tasks`) and the pure decisions they share (`vm_decide`).
+Owns the controller, its dispatch and adoption of an existing VM (`reconcile`), the
+reconcile context and the only way it writes a VsphereAgent's status (`context`),
+creation across crashes (`create`, `lookup`, `stamp`), safe deletion (`delete`,
+`delete_tasks`) and the pure decisions they share (`decide`).
 
 May import `agentforge.api`, `agentforge.kube`, `agentforge.vsphere`,
 `reconcilers.planning`, `reconcilers.common` and `reconcilers.waits`. The `ejection`
