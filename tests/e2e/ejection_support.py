@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentforge.api import kinds, names
-from agentforge.reconcilers.ejection import crashpoints as ejection_crashpoints
+from agentforge.reconcilers.ejection import run as ejection_run
 from agentforge.vsphere.model import markers
 from sim.actors.vcenter import VmFact
 from sim.operator import MetricsReader, OperatorProcess
@@ -88,9 +88,9 @@ async def run_operator(harness: OperatorHarness, *, crash_at: str | None = None)
         harness.process.kill()
         await harness.process.wait_exit(within=10)
     env = dict(os.environ)
-    env.pop(ejection_crashpoints.ENV, None)
+    env.pop(ejection_run.CRASH_ENV, None)
     if crash_at is not None:
-        env[ejection_crashpoints.ENV] = crash_at
+        env[ejection_run.CRASH_ENV] = crash_at
     args = ["--max-concurrent-reconciles", "2"]
     for namespace in harness.namespaces:
         args += ["--namespace", namespace]
@@ -110,7 +110,7 @@ async def crashed(harness: OperatorHarness, *, point: str, within: float = WAIT_
     """The operator exited at the crash point (exit 137, the hook's log line written)."""
     assert harness.process is not None
     code = await harness.process.wait_exit(within=within)
-    assert code == ejection_crashpoints.EXIT_CODE, f"operator exited with {code}, not at {point}"
+    assert code == ejection_run.CRASH_EXIT_CODE, f"operator exited with {code}, not at {point}"
     assert any(e.get("crash_point") == point for e in harness.process.log_entries()), (
         f"the operator did not stop at crash point {point}"
     )

@@ -16,7 +16,7 @@ import asyncio
 from typing import Any
 
 from agentforge.api import kinds, names
-from agentforge.reconcilers.ejection.crashpoints import CrashPoint
+from agentforge.reconcilers.ejection.run import CrashPoint
 from sim.vcsim import VcsimControl
 from sim.world import Snapshot, World
 from tests.e2e import ejection_support as ej

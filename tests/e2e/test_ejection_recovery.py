@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentforge.reconcilers.ejection.crashpoints import CrashPoint
+from agentforge.reconcilers.ejection.run import CrashPoint
 from sim.actors.vcenter import VmFact
 from sim.vcsim import VcsimControl
 from sim.world import Snapshot, World

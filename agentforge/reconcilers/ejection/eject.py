@@ -1,8 +1,8 @@
 """The `ejection` controller (key: VsphereAgent): ISO ejection after installation, and the
 `vm` controller's deletion hook.
 
-What it promises (the seed's "Discovery ISO lifecycle"; decisions in `ejection_gate` and
-`ejection_decide`, steps in `ejection_run`):
+What it promises (the seed's "Discovery ISO lifecycle"; decisions in `gate` and
+`decide`, steps in `run`):
 
 * Opt-in per pool (`spec.iso.ejectAfterInstall`); off keeps today's media. On covers
   the pool's existing installed workers, adopted VMs included, because the gate looks
@@ -55,7 +55,7 @@ from agentforge.kube.events import EventType
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.reconcilers.common.deps import DEFAULT_RETRY_BASE, Deps
 from agentforge.reconcilers.ejection import gate, run, status
-from agentforge.reconcilers.ejection.crashpoints import CrashPoint, reached
+from agentforge.reconcilers.ejection.run import CrashPoint, reached
 from agentforge.reconcilers.vm import reconcile as vm_reconcile
 from agentforge.reconcilers.vm.context import Edit, JsonObj, StatusWriter, VmInputs
 from agentforge.secret_credentials import CredentialsError

@@ -26,9 +26,13 @@ VsphereAgent again (`waits.TaskWaits`), which observes afresh and carries on.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Final, TypeVar
 
 from agentforge import vsphere
@@ -39,7 +43,6 @@ from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.ejection import decide, gate, status
-from agentforge.reconcilers.ejection.crashpoints import CrashPoint, reached
 from agentforge.reconcilers.vm import stamp as vm_stamp
 from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
 from agentforge.vsphere import metrics as vmetrics
@@ -416,3 +419,49 @@ async def _done(
         raise status.Stale
     await status.emit(inputs, EventType.NORMAL, E.EJECTED, message)
     return Finished(True, result)
+
+
+# TEST ONLY: stop the process dead at a chosen ISO ejection step boundary.
+#
+# The e2e suite proves that an ejection survives `kill -9` at every step boundary. Some
+# boundaries (between a status checkpoint and the next vSphere call) are microseconds
+# wide and cannot be hit from outside, so the operator offers one opt-in hook:
+# `AGENT_FORGE_TEST_CRASH_AT=<point>` makes `reached(point)` end the process with
+# `os._exit(137)` (what SIGKILL leaves behind: no drain, no Lease release, no cleanup)
+# right after that step.
+#
+# Off by default: the variable is read from the environment only, is not a setting, is
+# never set by `config/` manifests or the container image, and an unknown value does
+# nothing. Nothing else in the operator reads it.
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV: Final = "AGENT_FORGE_TEST_CRASH_AT"
+CRASH_EXIT_CODE: Final = 137
+
+
+class CrashPoint(StrEnum):
+    """Step boundaries of one ejection, in the order they are passed."""
+
+    RECORDED = "recorded"
+    """`status.isoEjection` written and read back; nothing issued in vSphere."""
+    DISCONNECT_RECORDED = "disconnect-recorded"
+    """Phase DisconnectIssued checkpointed; the reconfigure is not sent yet."""
+    DISCONNECT_ISSUED = "disconnect-issued"
+    """The reconfigure was sent and the guest's lock question seen, not yet recorded."""
+    QUESTION_RECORDED = "question-recorded"
+    """The lock question's id checkpointed; not answered yet."""
+    ANSWERED = "answered"
+    """AnswerVM returned; phase Answered not checkpointed yet."""
+    EJECTED = "ejected"
+    """The medium is gone; the record is not cleared yet."""
+
+
+def reached(point: CrashPoint) -> None:
+    """Exit the process at once when the test hook names this point; else nothing."""
+    if os.environ.get(CRASH_ENV) != point.value:
+        return
+    log.critical("test crash point reached, exiting", extra={"crash_point": point.value})
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(CRASH_EXIT_CODE)
