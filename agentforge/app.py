@@ -9,7 +9,7 @@ What one operator process promises:
   object trimmed by `agentforge.api.trim` before it is cached, so a standby is warm
   and takes over without a cold LIST. `/readyz` turns 200 when all have synced
   ("caches synced" is logged once).
-* Controllers (`agentforge.reconcilers.controllers.controllers`, from the one `Deps`
+* Controllers (`agentforge.wiring.build_controllers`, from the one `Deps`
   this module assembles) are built and run only while this process leads. Building
   them after the Lease is won replays every cached object to them, so each is
   reconciled once by the new leader. With `--leader-elect=false` they run at once.
@@ -47,7 +47,6 @@ from agentforge.kube.client import KubeClient, RetryPolicy
 from agentforge.kube.controller import Controller
 from agentforge.kube.events import EventRecorder
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers import controllers as registry
 from agentforge.reconcilers.common import event_groups
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.secret_credentials import SecretCredentials
@@ -84,18 +83,20 @@ BUILD_INFO = Info("agent_forge_build", "Version of the running operator.")
 
 BuildControllers = Callable[[Deps], Sequence[Controller]]
 """What a leader runs, in start order, built from the app's one `Deps` (by default every
-reconciler: `agentforge.reconcilers.controllers.controllers`); the process also runs
+reconciler: `agentforge.wiring.build_controllers`); the process also runs
 (caches, probes, leader election) with none."""
 
 
-def main(settings: Settings, *, controllers: BuildControllers = registry.controllers) -> int:
+def main(settings: Settings, *, controllers: BuildControllers = wiring.build_controllers) -> int:
     """Configure logging and run the operator until it stops; return the exit code
     (without waiting for threads still blocked on a vCenter socket)."""
     observability.configure_logging(level=settings.log_level, fmt=settings.log_format)
     return shutdown.leave(asyncio.run(run(settings, controllers=controllers)))
 
 
-async def run(settings: Settings, *, controllers: BuildControllers = registry.controllers) -> int:
+async def run(
+    settings: Settings, *, controllers: BuildControllers = wiring.build_controllers
+) -> int:
     """The whole life of the process; returns the exit code (see module doc)."""
     BUILD_INFO.info({"version": __version__})
     stop = asyncio.Event()

@@ -10,7 +10,10 @@ one small function a unit test can call without starting anything:
   `LIST_PAGE_SIZE`, over `--namespace` (or all);
 * the vSphere session tunables and lockout protection (`vsphere_options`,
   `login_policy`) and how ISO downloads reach the image service (`iso_access`);
-* the leader elector (`elector`).
+* the leader elector (`elector`);
+* every controller the operator runs, built from one `Deps` once it leads
+  (`build_controllers`): order is start order; each factory installs the informer
+  indexes it needs (idempotently), so the list grows without coordinating index set-up.
 """
 
 from __future__ import annotations
@@ -22,13 +25,22 @@ from agentforge.api import kinds, rbac
 from agentforge.api import trim as api_trim
 from agentforge.kube import leader
 from agentforge.kube.client import KubeClient
+from agentforge.kube.controller import Controller
 from agentforge.kube.informer import Informer
-from agentforge.reconcilers.common import records
+from agentforge.reconcilers.common import indexes, records
+from agentforge.reconcilers.common.deps import Deps
+from agentforge.reconcilers.ejection import eject as ejection
+from agentforge.reconcilers.infra import reconcile as infra
+from agentforge.reconcilers.pool import reconcile as pool
+from agentforge.reconcilers.scaleup import reconcile as scaleup
+from agentforge.reconcilers.spread import reconcile as spread_rules
+from agentforge.reconcilers.vm import reconcile as vm
 from agentforge.settings import Settings
 
 __all__ = [
     "CACHED_KINDS",
     "LIST_PAGE_SIZE",
+    "build_controllers",
     "cache_transform",
     "elector",
     "informers",
@@ -132,3 +144,16 @@ def elector(settings: Settings, lease_client: KubeClient) -> leader.LeaderElecto
         renew_deadline=settings.renew_deadline.total_seconds(),
         retry_period=settings.retry_period.total_seconds(),
     )
+
+
+def build_controllers(deps: Deps) -> list[Controller]:
+    """Build every controller over the app's informers (the app calls this once it leads)."""
+    indexes.install(deps.informers)
+    return [
+        scaleup.controller(deps),
+        pool.controller(deps),
+        infra.controller(deps),
+        vm.controller(deps, ejection=ejection.Ejection()),
+        ejection.controller(deps),
+        spread_rules.controller(deps),
+    ]

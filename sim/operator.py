@@ -511,8 +511,7 @@ def _probe_factory(deps: Any) -> Any:
 def _probe_main(argv: Sequence[str]) -> int:
     import argparse  # noqa: PLC0415
 
-    from agentforge import app, settings  # noqa: PLC0415
-    from agentforge.reconcilers import controllers as registry  # noqa: PLC0415
+    from agentforge import app, settings, wiring  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m sim.operator")
     settings.add_run_arguments(parser)
@@ -523,7 +522,7 @@ def _probe_main(argv: Sequence[str]) -> int:
         print(f"sim.operator: error: {exc}", file=sys.stderr)
         return 2
     return app.main(
-        config, controllers=lambda deps: [*registry.controllers(deps), _probe_factory(deps)]
+        config, controllers=lambda deps: [*wiring.build_controllers(deps), _probe_factory(deps)]
     )
 
 

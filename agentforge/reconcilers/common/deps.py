@@ -1,7 +1,7 @@
 """What every reconciler gets from the composition root, in one frozen value.
 
 The app builds the one `Deps` of the process (there is no other container of these)
-and, once it leads, hands it to `reconcilers.controllers`, which builds every controller
+and, once it leads, hands it to `wiring.build_controllers`, which builds every controller
 from it. Reconcilers read Kubernetes state only through `informers` (the cache) and
 write through `client`; they reach vCenter only through `vsphere`, with credentials
 from `credentials`, and image services as `iso` says (trust, proxy, limits). `now`

@@ -6,6 +6,7 @@ Which VM serves it (a new VsphereAgent or one handed over) is the pool's decisio
 
 from __future__ import annotations
 
+from agentforge import wiring
 from agentforge.api import kinds, names
 from agentforge.kube.store import ObjectKey
 from agentforge.reconcilers.planning import naming
@@ -112,10 +113,8 @@ def test_watches_map_pools_to_their_agent_machines() -> None:
 
 
 def test_the_registry_builds_the_scaleup_and_pool_controllers() -> None:
-    from agentforge.reconcilers import controllers as registry  # noqa: PLC0415 - under test
-
     h = harness(pool_obj())
-    built = {c.name for c in registry.controllers(h.deps)}
+    built = {c.name for c in wiring.build_controllers(h.deps)}
     assert {"scaleup", "pool"} <= built
 
 
