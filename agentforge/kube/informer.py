@@ -8,7 +8,7 @@ The contract (client-go `tools/cache/reflector.go`, DESIGN.md "Informer"):
   (events and bookmarks), so nothing is missed and nothing replayed.
 * 410 Gone (at open, as an ERROR event, or on an expired continue token) means the
   version is compacted away: relist, and reconcile the cache with the fresh list
-  (`delta.Relist`): synthetic ADDED/UPDATED/DELETED for what changed, nothing for
+  (`store.Relist`): synthetic ADDED/UPDATED/DELETED for what changed, nothing for
   objects whose resourceVersion did not change.
 * Any other failure backs off with jitter (0.8 s doubling to 30 s) and retries
   forever, and so does a watch that ends empty within a second (a server or proxy
@@ -48,8 +48,17 @@ from typing import Any, Protocol, Self
 from agentforge.api.kinds import Kind
 from agentforge.api.trim import Trim, Trimmer, trim_any
 from agentforge.kube import errors, pages
-from agentforge.kube.delta import Change, ChangeType, Relist, apply_delete, apply_upsert
-from agentforge.kube.store import IndexFunc, ObjectKey, Store, key_for
+from agentforge.kube.store import (
+    Change,
+    ChangeType,
+    IndexFunc,
+    ObjectKey,
+    Relist,
+    Store,
+    apply_delete,
+    apply_upsert,
+    key_for,
+)
 from agentforge.kube.transport import Decode
 from agentforge.kube.watch import EventType, WatchEvent
 from agentforge.ratelimit import Backoff

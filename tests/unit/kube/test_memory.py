@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentforge.api.trim import trim_agent, trim_any
-from agentforge.kube import delta, store
+from agentforge.kube import store
 
 N = 2000
 
@@ -75,7 +75,7 @@ def test_store_keys_and_indexes_add_well_under_a_kilobyte_per_object() -> None:
         s = store.Store()
         s.add_index("pool", lambda o: [o["metadata"]["labels"]["agent-forge.containeroo.ch/pool"]])
         for raw in RAW:
-            delta.apply_upsert(s, KEEP(json.loads(raw)))
+            store.apply_upsert(s, KEEP(json.loads(raw)))
         return s
 
     bare, _ = traced_bytes(objects_only)

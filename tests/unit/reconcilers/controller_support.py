@@ -18,9 +18,8 @@ from typing import Any
 from agentforge import vsphere
 from agentforge.api import kinds
 from agentforge.kube import errors
-from agentforge.kube.delta import Change, ChangeType
 from agentforge.kube.informer import Informer
-from agentforge.kube.store import key_for, object_key
+from agentforge.kube.store import Change, ChangeType, key_for, object_key
 from agentforge.reconcilers.common import indexes, records
 from agentforge.reconcilers.common.deps import Deps
 from agentforge.wiring import CACHED_KINDS
