@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from agentforge import vsphere
 from agentforge.api.pool import FailureDomain, VsphereAgentPool
@@ -122,7 +123,16 @@ class DomainReport:
         return f"new VMs go to {', '.join(self.usable)} only; skipped: {skipped}"
 
 
-async def inspect_domains(service: vsphere.VsphereService, pool: VsphereAgentPool) -> DomainReport:
+class StorageInspector(Protocol):
+    """What `inspect_domains` calls: `VsphereService.inspect_storage` (the `vm`
+    controller passes its `VcenterApi`, the `infra` controller and the check the service)."""
+
+    async def inspect_storage(
+        self, *, placement: vsphere.Placement
+    ) -> tuple[list[vsphere.Problem], int]: ...
+
+
+async def inspect_domains(service: StorageInspector, pool: VsphereAgentPool) -> DomainReport:
     """Resolve every failure domain in effect; a vCenter error counts against the domain."""
     usable: list[str] = []
     unusable: list[tuple[str, str]] = []

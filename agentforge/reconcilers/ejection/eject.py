@@ -283,7 +283,7 @@ async def _start(
             pool_uid=expected.pool_uid,
             vsphere_agent=expected.vsphere_agent,
         ),
-        server=service.credentials.netloc,
+        server=service.vcenter,
         datacenter=datacenter,
         device_key=plan.cdrom.key,
         iso_path=plan.cdrom.backing_file or "",

@@ -44,7 +44,7 @@ from agentforge.kube.events import EventType
 from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.ejection import decide, gate, status
 from agentforge.reconcilers.vm import stamp as vm_stamp
-from agentforge.reconcilers.vm.context import StatusWriter, VmInputs
+from agentforge.reconcilers.vm.context import StatusWriter, VcenterApi, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
 __all__ = ["Finished", "carry_out", "restarted"]
@@ -106,7 +106,7 @@ async def carry_out(
     inputs: VmInputs,
     writer: StatusWriter,
     *,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     pool: VsphereAgentPool,
     record: ISOEjectionRecord,
     vm: vsphere.VmFacts | None,
@@ -147,7 +147,7 @@ async def carry_out(
 async def _run(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     pool: VsphereAgentPool,
     op: _Op,
     *,
@@ -161,9 +161,7 @@ async def _run(
         await _stamped(inputs, op.record, markers)
     for _ in range(MAX_STEPS):
         record = op.record
-        step = decide.next_step(
-            record, seen, server=service.credentials.netloc, finalizing=finalizing
-        )
+        step = decide.next_step(record, seen, server=service.vcenter, finalizing=finalizing)
         if step.kind is S.DONE:
             if record.task_ref and not op.counted:  # a followed disconnect that ended
                 vmetrics.iso_op("eject", vsphere.EjectState.EJECTED.value)
@@ -252,7 +250,7 @@ class _Running:
 async def _issue(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     op: _Op,
     markers: vsphere.OwnershipMarkers,
 ) -> decide.Observation | _Running:
@@ -330,7 +328,7 @@ async def _record_question(
 async def _answer(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     op: _Op,
     markers: vsphere.OwnershipMarkers,
 ) -> None:
@@ -364,7 +362,7 @@ async def _answer(
 
 
 async def _follow(
-    inputs: VmInputs, service: vsphere.VsphereService, op: _Op, markers: vsphere.OwnershipMarkers
+    inputs: VmInputs, service: VcenterApi, op: _Op, markers: vsphere.OwnershipMarkers
 ) -> decide.Observation | _Running:
     """Observe a reconfigure running on the VM: its question, or (running on) follow
     it. One that is not provably ours (its task is not the recorded one) ending is

@@ -1,9 +1,10 @@
 """The `vm` controller (key: VsphereAgent): one VM per VsphereAgent, created once, deleted safely.
 
 Owns the controller, its dispatch and adoption of an existing VM (`reconcile`), the
-reconcile context and the only way it writes a VsphereAgent's status (`context`),
-creation across crashes (`create`, `lookup`, `stamp`), safe deletion (`delete`,
-`delete_tasks`) and the pure decisions they share (`decide`).
+reconcile context, the only way it writes a VsphereAgent's status and the seam below
+vCenter it calls (`context`, `VcenterApi`), creation across crashes (`create`,
+`lookup`, `stamp`), safe deletion (`delete`, `delete_tasks`) and the pure decisions
+they share (`decide`).
 
 May import `agentforge.api`, `agentforge.kube`, `agentforge.vsphere`,
 `reconcilers.planning`, `reconcilers.common` and `reconcilers.waits`. The `ejection`

@@ -14,6 +14,10 @@ first write. A mutation
 that finds the object replaced (another UID) writes nothing; one that changes nothing
 makes no request beyond the fresh GET.
 
+vCenter (`VcenterApi`): the part of `vsphere.VsphereService` the `vm` and `ejection`
+controllers call, as a `Protocol` (the seam below vCenter); `VcenterHandle.service`
+builds the real service, a unit test hands in a fake one.
+
 Tasks (`VcenterHandle`): `claim_slot` takes one of the vCenter's task slots for this
 VsphereAgent (in its pool's turn, `vsphere.TaskSlotPending` when none is free) and
 `wait_task` ends a pass that started (or found running) a vCenter task: the controller's `TaskWaits`
@@ -37,7 +41,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentforge import identity, vsphere
 from agentforge.api import conditions, kinds, names, rbac, wire
@@ -73,6 +77,96 @@ rbac.needs(kinds.EVENT, "create", "patch", why="events about VM creation, adopti
 _OURS = ("name", "biosUUID", "macAddress", "instanceUUID", "moRef")
 
 
+class VcenterApi(Protocol):
+    """What the `vm` and `ejection` controllers call on vCenter: the part of
+    `vsphere.VsphereService` they use, with its signatures (the seam below vCenter).
+
+    `VcenterHandle.service` builds the real service; the unit tests hand in a fake
+    vCenter with the same task model (`tests/unit/reconcilers/ejection_support.py`)."""
+
+    @property
+    def vcenter(self) -> str:
+        """The vCenter (`host:port`) these credentials reach: where the task cap applies."""
+        ...
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def inspect_storage(
+        self, *, placement: vsphere.Placement
+    ) -> tuple[list[vsphere.Problem], int]: ...
+
+    async def cluster_hosts(
+        self, *, datacenter: str, cluster: str, host_group: str | None = None
+    ) -> list[vsphere.HostState]: ...
+
+    async def vm_by_moid(self, *, moid: str) -> vsphere.VmFacts | None: ...
+
+    async def vm_by_uuid(self, *, datacenter: str, bios_uuid: str) -> vsphere.VmFacts | None: ...
+
+    async def vm_by_name(
+        self, *, placement: vsphere.Placement, name: str
+    ) -> vsphere.VmFacts | None: ...
+
+    # --- tasks: started, never waited for ------------------------------------------------
+
+    def claim_task_slot(self, *, group: str, token: str, keep: bool = False) -> vsphere.Slot: ...
+
+    async def start_create(
+        self, *, request: vsphere.VmRequest, slot: vsphere.Slot
+    ) -> vsphere.Started: ...
+
+    async def converge_vm(
+        self, *, request: vsphere.VmRequest, vm_moid: str, slot: vsphere.Slot
+    ) -> str | None: ...
+
+    async def start_delete(
+        self,
+        *,
+        datacenter: str,
+        bios_uuid: str,
+        markers: vsphere.OwnershipMarkers,
+        slot: vsphere.Slot,
+    ) -> vsphere.DeleteStep: ...
+
+    async def start_stamp(
+        self,
+        *,
+        datacenter: str,
+        bios_uuid: str,
+        markers: vsphere.OwnershipMarkers,
+        slot: vsphere.Slot,
+    ) -> tuple[vsphere.VmFacts, str | None]: ...
+
+    async def follow_task(self, *, task_ref: str) -> None: ...
+
+    async def task(self, *, task_ref: str) -> vsphere.TaskFacts: ...
+
+    async def creates_in_flight(
+        self, *, placement: vsphere.Placement
+    ) -> list[vsphere.TaskFacts]: ...
+
+    # --- CD-ROM --------------------------------------------------------------------------
+
+    async def eject_cdrom(
+        self,
+        *,
+        datacenter: str,
+        vm_uuid: str,
+        device_key: int,
+        expected_backing: str,
+        markers: vsphere.OwnershipMarkers,
+        slot: vsphere.Slot,
+    ) -> vsphere.EjectOutcome: ...
+
+    async def answer_cdrom_lock_question(
+        self, *, datacenter: str, vm_uuid: str, question_id: str, markers: vsphere.OwnershipMarkers
+    ) -> None: ...
+
+    async def resume_eject(
+        self, *, datacenter: str, vm_uuid: str, device_key: int
+    ) -> vsphere.EjectOutcome: ...
+
+
 @dataclass(slots=True)
 class VcenterHandle:
     """The pass's way to vCenter: the pool's service, its task slots and task waits."""
@@ -81,9 +175,9 @@ class VcenterHandle:
     pool: VsphereAgentPool | None
     key: ObjectKey
     waits: TaskWaits = field(repr=False)
-    _service: vsphere.VsphereService | None = field(default=None, repr=False)
+    _service: VcenterApi | None = field(default=None, repr=False)
 
-    async def service(self) -> vsphere.VsphereService:
+    async def service(self) -> VcenterApi:
         """The pool's vSphere service; raises `CredentialsError`."""
         if self._service is None:
             assert self.pool is not None
@@ -97,7 +191,7 @@ class VcenterHandle:
             )
         return self._service
 
-    def claim_slot(self, service: vsphere.VsphereService) -> vsphere.Slot:
+    def claim_slot(self, service: VcenterApi) -> vsphere.Slot:
         """A task slot on the pool's vCenter (raises `vsphere.TaskSlotPending`: the key
         waits its pool's turn). The slot is handed over to
         this VsphereAgent when its task ends, for the VM's next task (the pass that
@@ -109,14 +203,14 @@ class VcenterHandle:
             keep=True,
         )
 
-    def awaiting(self, service: vsphere.VsphereService, task: str) -> bool:
+    def awaiting(self, service: VcenterApi, task: str) -> bool:
         """This key already waits for `task` (followed, not ended): a pass woken by
         something else (its own status write) has nothing to ask vCenter."""
         return self.waits.awaiting(self.key, vcenter=service.vcenter, task=task)
 
     def note(
         self,
-        service: vsphere.VsphereService,
+        service: VcenterApi,
         purpose: str,
         *,
         task: str,
@@ -126,11 +220,11 @@ class VcenterHandle:
         """Remember for this key's next pass a task no status field records."""
         self.waits.note(self.key, purpose, vcenter=service.vcenter, task=task, about=about, vm=vm)
 
-    def take_note(self, service: vsphere.VsphereService, purpose: str) -> Noted | None:
+    def take_note(self, service: VcenterApi, purpose: str) -> Noted | None:
         """The task noted for `purpose` on this vCenter, forgotten now (read once)."""
         return self.waits.take(self.key, purpose, vcenter=service.vcenter)
 
-    def wait_task(self, service: vsphere.VsphereService, task: str) -> Result:
+    def wait_task(self, service: VcenterApi, task: str) -> Result:
         """End the pass: reconciled again when `task` (recorded in status) ends."""
         return self.waits.wait_task(self.key, vcenter=service.vcenter, task=task)
 

@@ -78,6 +78,7 @@ from agentforge.reconcilers.vm.context import (
     Edit,
     JsonObj,
     StatusWriter,
+    VcenterApi,
     VmInputs,
     creation_edit,
     identity_edit,
@@ -215,9 +216,7 @@ async def ensure_created(inputs: VmInputs, writer: StatusWriter) -> Result | Non
     return await _converge(inputs, writer, service, record, _request(inputs, record), vm=plan.vm)
 
 
-async def _begin(
-    inputs: VmInputs, writer: StatusWriter, service: vsphere.VsphereService
-) -> Result | None:
+async def _begin(inputs: VmInputs, writer: StatusWriter, service: VcenterApi) -> Result | None:
     """Claim a slot, choose the failure domain and host of a spread pool, checkpoint the
     intent (read back), then start the create."""
     pool = inputs.pool
@@ -263,7 +262,7 @@ async def _begin(
 async def _start(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     record: CreationRecord,
     request: vsphere.VmRequest,
     *,
@@ -291,7 +290,7 @@ async def _start(
 async def _converge(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     record: CreationRecord,
     request: vsphere.VmRequest,
     *,
@@ -313,9 +312,7 @@ async def _converge(
     return inputs.vcenter.wait_task(service, task)
 
 
-def _power_on_noted(
-    inputs: VmInputs, service: vsphere.VsphereService, record: CreationRecord
-) -> Noted | None:
+def _power_on_noted(inputs: VmInputs, service: VcenterApi, record: CreationRecord) -> Noted | None:
     """The power-on this process started for this very record (read once)."""
     noted = inputs.vcenter.take_note(service, POWER_ON)
     if noted is None or noted.vm is None:
@@ -328,7 +325,7 @@ def _power_on_noted(
 async def _power_on_ended(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     record: CreationRecord,
     noted: Noted,
 ) -> Result | Literal[vm_decide.PowerOnEnd.LOOK_UP] | None:

@@ -39,7 +39,7 @@ from agentforge.api.vsphereagent import DeletionPhase, DeletionRecord
 from agentforge.kube.controller import Result
 from agentforge.kube.events import EventType
 from agentforge.reconcilers.common.event_reasons import VmEvent
-from agentforge.reconcilers.vm.context import Edit, JsonObj, StatusWriter, VmInputs
+from agentforge.reconcilers.vm.context import Edit, JsonObj, StatusWriter, VcenterApi, VmInputs
 from agentforge.vsphere import metrics as vmetrics
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ POWER_OFF: Final = "power-off"
 
 
 def noted_power_off(
-    inputs: VmInputs, service: vsphere.VsphereService, *, bios_uuid: str | None
+    inputs: VmInputs, service: VcenterApi, *, bios_uuid: str | None
 ) -> tuple[DeletionRecord, Noted] | None:
     """The power-off this process started for this VM (read once), as the record an
     earlier version wrote for it, and its note."""
@@ -76,7 +76,7 @@ def noted_power_off(
 async def outcome(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     deletion: DeletionRecord,
     *,
     noted: Noted | None = None,
@@ -121,7 +121,7 @@ async def outcome(
 async def start(
     inputs: VmInputs,
     writer: StatusWriter,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     *,
     vm: vsphere.VmFacts,
     datacenter: str,

@@ -22,7 +22,7 @@ from agentforge import identity, vsphere
 from agentforge.api.vsphereagent import CreationPhase, CreationRecord
 from agentforge.reconcilers.common import pool_specs
 from agentforge.reconcilers.vm import decide as vm_decide
-from agentforge.reconcilers.vm.context import VmInputs
+from agentforge.reconcilers.vm.context import VcenterApi, VmInputs
 
 __all__ = ["look_up", "placement"]
 
@@ -61,7 +61,7 @@ def _identity_recorded(inputs: VmInputs, record: CreationRecord) -> bool:
 
 
 async def look_up(
-    service: vsphere.VsphereService, inputs: VmInputs, record: CreationRecord
+    service: VcenterApi, inputs: VmInputs, record: CreationRecord
 ) -> tuple[vsphere.TaskFacts | None, vm_decide.Resume]:
     """Ask about the recorded task, then (unless it runs) look the VM up."""
     task: vsphere.TaskFacts | None = None

@@ -33,13 +33,16 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentforge import vsphere
 from agentforge.api.pool import FailureDomain, VsphereAgentPool
 from agentforge.kube.informer import Informer
 from agentforge.reconcilers.common import indexes, pool_specs
 from agentforge.vsphere.model import spread
+
+if TYPE_CHECKING:
+    from agentforge.reconcilers.vm.context import VcenterApi
 
 __all__ = [
     "NoUsableDomain",
@@ -133,7 +136,7 @@ def _counts(spots: Iterable[Key]) -> tuple[Counter[str], Counter[str]]:
 
 
 async def place(
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     pool: VsphereAgentPool,
     *,
     informer: Informer,
@@ -149,7 +152,7 @@ async def place(
 
 
 async def choose(
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     pool: VsphereAgentPool,
     *,
     agents: Iterable[JsonObj],
@@ -191,7 +194,7 @@ async def choose(
 
 
 async def _host(
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     pool: VsphereAgentPool,
     domain: FailureDomain,
     per_host: Counter[str],

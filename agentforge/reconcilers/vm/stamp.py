@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from agentforge import vsphere
 from agentforge.kube.controller import Result
-from agentforge.reconcilers.vm.context import VcenterHandle
+from agentforge.reconcilers.vm.context import VcenterApi, VcenterHandle
 
 __all__ = ["PURPOSE", "ensure_stamped", "just_stamped"]
 
@@ -29,7 +29,7 @@ PURPOSE = "stamp"
 
 async def ensure_stamped(
     vcenter: VcenterHandle,
-    service: vsphere.VsphereService,
+    service: VcenterApi,
     *,
     datacenter: str,
     bios_uuid: str,
@@ -51,7 +51,7 @@ async def ensure_stamped(
     return vcenter.wait_task(service, task)
 
 
-async def just_stamped(vcenter: VcenterHandle, service: vsphere.VsphereService) -> bool:
+async def just_stamped(vcenter: VcenterHandle, service: VcenterApi) -> bool:
     """A stamp this VsphereAgent started has succeeded since its last pass (read once)."""
     noted = vcenter.waits.noted(vcenter.key, PURPOSE, vcenter=service.vcenter)
     if noted is None:
@@ -66,9 +66,7 @@ async def just_stamped(vcenter: VcenterHandle, service: vsphere.VsphereService) 
     return True
 
 
-async def _outcome(
-    vcenter: VcenterHandle, service: vsphere.VsphereService, noted: str
-) -> Result | None:
+async def _outcome(vcenter: VcenterHandle, service: VcenterApi, noted: str) -> Result | None:
     try:
         task = await service.task(task_ref=noted)
     except vsphere.NotFound:

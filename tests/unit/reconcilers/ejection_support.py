@@ -3,10 +3,12 @@
 `FakeVm` behaves as DOMAIN.md section 4 says a vCenter VM does: a disconnect of a
 CD-ROM whose door the guest locked keeps its task running and raises the
 `msg.cdromdisconnect.locked` question; only that question's id answered "0" completes
-it. `FakeVsphere` has the `VsphereService` surface the ejection uses, checks markers,
-media and question ids as the real layer does, and records every call together with
-the phase of `status.isoEjection` stored in the `FakeApi` at that moment, so a test
-can prove a checkpoint came before the vSphere call it guards.
+it. `FakeVsphere` is a fake vCenter with the whole `VcenterApi` seam the `vm` and
+`ejection` controllers call (`reconcilers.vm.context`): it creates, powers on and off
+and destroys VMs, checks markers, media and question ids as the real layer does, and
+records every call together with the VsphereAgent's status stored in the `FakeApi` at
+that moment (`calls`: the phase of `status.isoEjection`; `statuses`: the whole status),
+so a test can prove a checkpoint came before the vSphere call it guards.
 
 Tasks run as vCenter runs them for the operator (docs/design/0005): a start takes a
 slot of the registry, reports the task `IN_PROGRESS` and returns; the task's end (or
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from agentforge import vsphere
+from agentforge import identity, vsphere
 from agentforge.api import kinds
 from agentforge.api.pool import VsphereAgentPool
 from agentforge.api.vsphereagent import ISOEjectionRecord, VsphereAgent
@@ -87,15 +90,18 @@ def vm_facts(
     pending: vsphere.Question | None = None,
     bios_uuid: str = UUID,
     mac: str = MAC,
+    name: str = VM,
+    moid: str = "vm-42",
+    power: vsphere.PowerState = vsphere.PowerState.ON,
 ) -> vsphere.VmFacts:
     return vsphere.VmFacts(
-        moid="vm-42",
-        name=VM,
+        moid=moid,
+        name=name,
         bios_uuid=bios_uuid,
         instance_uuid=ps.uuid(99),
         primary_mac=mac,
         macs=(mac,),
-        power_state=vsphere.PowerState.ON,
+        power_state=power,
         markers={} if unmarked else (owner or markers()).to_extra_config(),
         cdroms=cdroms or (cdrom(),),
         question=pending,
@@ -194,6 +200,13 @@ class FakeVm:
     task: str = "task-7"
     """The reconfigure running (or last run) on the VM."""
     next_task: int = 7
+    name: str = VM
+    bios_uuid: str = UUID
+    moid: str = "vm-42"
+    power: vsphere.PowerState = vsphere.PowerState.ON
+    busy: str | None = None
+    """A power-on, power-off or destroy task running on the VM (vCenter runs one at a
+    time: another one started meanwhile fails with `TaskInProgress`)."""
 
     def facts(self) -> vsphere.VmFacts:
         return vm_facts(
@@ -201,6 +214,10 @@ class FakeVm:
             owner=self.owner,
             unmarked=self.owner is None,
             pending=self.questions[0] if self.questions else None,
+            bios_uuid=self.bios_uuid,
+            name=self.name,
+            moid=self.moid,
+            power=self.power,
         )
 
     def finish(self, key: int) -> None:
@@ -216,6 +233,14 @@ class FakeVm:
 
 @dataclass
 class FakeVsphere:
+    """A fake vCenter with the whole `VcenterApi` surface (`reconcilers.vm.context`).
+
+    The inventory is `vm` (the VM the ejection tests script; None: none) and `more`
+    (VMs created while `vm` exists: a second `CreateVM_Task` lands here). A create
+    reserves its name while it runs and its VM appears (powered off) when it ends; a
+    power-on, power-off or destroy started while another of them runs on the VM fails
+    with `TaskInProgress`, as vCenter answers. `slow`: every task runs on until `end`."""
+
     api: FakeApi
     registry: vsphere.SessionRegistry
     vm: FakeVm | None = field(default_factory=FakeVm)
@@ -225,6 +250,22 @@ class FakeVsphere:
     tasks: dict[str, vsphere.TaskState] = field(default_factory=dict)
     """Every task started (or found running), by moref."""
     _ending: dict[str, Callable[[], None]] = field(default_factory=dict)
+    more: list[FakeVm] = field(default_factory=list)
+    slow: bool = False
+    """Every task runs on until `end` (not only those of a slow `FakeVm`)."""
+    hosts: list[vsphere.HostState] = field(default_factory=list)
+    """What `cluster_hosts` reports (any cluster)."""
+    creates: dict[str, str] = field(default_factory=dict)
+    """Every `CreateVM_Task` started, by moref: the VM name it makes."""
+    results: dict[str, str] = field(default_factory=dict)
+    """The moref of the VM a task made (`TaskInfo.result`)."""
+    faults: dict[str, vsphere.VsphereError] = field(default_factory=dict)
+    """The error each task that fails ends with."""
+    statuses: list[tuple[str, JsonObj]] = field(default_factory=list)
+    """Every call with the VsphereAgent's stored status at that moment (checkpoints)."""
+    not_ours: list[str] = field(default_factory=list)
+    """Changes asked of a VM that does not carry the markers they name."""
+    _ids: Any = field(default_factory=lambda: itertools.count(100))
 
     @property
     def vcenter(self) -> str:
@@ -234,8 +275,15 @@ class FakeVsphere:
         obj = self.api.find(kinds.VSPHERE_AGENT, ps.NS, VA) or {}
         return ((obj.get("status") or {}).get("isoEjection") or {}).get("phase")
 
-    def _call(self, method: str) -> FakeVm:
+    def _record(self, method: str) -> None:
         self.calls.append((method, self._stored_phase()))
+        obj = self.api.find(kinds.VSPHERE_AGENT, ps.NS, VA) or {}
+        status = copy.deepcopy(obj.get("status") or {})
+        status["deleting"] = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        self.statuses.append((method, status))
+
+    def _call(self, method: str) -> FakeVm:
+        self._record(method)
         if method in self.fail:
             raise self.fail.pop(method)
         if self.vm is None:
@@ -245,45 +293,244 @@ class FakeVsphere:
     def methods(self) -> list[str]:
         return [m for m, _ in self.calls]
 
+    # --- the inventory ---------------------------------------------------------------------
+
+    def inventory(self) -> list[FakeVm]:
+        return ([self.vm] if self.vm is not None else []) + self.more
+
+    def place(self, vm: FakeVm) -> None:
+        """`vm` appears in the inventory."""
+        if self.vm is None:
+            self.vm = vm
+        else:
+            self.more.append(vm)
+
+    def remove(self, vm: FakeVm) -> None:
+        if self.vm is vm:
+            self.vm = self.more.pop(0) if self.more else None
+        else:
+            self.more.remove(vm)
+
+    def named(self, name: str) -> list[FakeVm]:
+        return [v for v in self.inventory() if v.name == name]
+
+    def _by_uuid(self, bios_uuid: str) -> FakeVm | None:
+        wanted = identity.normalize_uuid(bios_uuid)
+        return next(
+            (v for v in self.inventory() if identity.normalize_uuid(v.bios_uuid) == wanted), None
+        )
+
+    def _by_moid(self, moid: str) -> FakeVm | None:
+        return next((v for v in self.inventory() if v.moid == moid), None)
+
     # --- tasks ---------------------------------------------------------------------------
 
     def claim_task_slot(self, *, group: str, token: str, keep: bool = False) -> vsphere.Slot:
         return self.registry.claim_task_slot(SERVER, group=group, token=token, keep=keep)
 
-    def _started(self, task: str, slot: vsphere.Slot | None, effect: Callable[[], None]) -> None:
-        """`task` runs (in `slot`); `effect` is what its end does to the VM. It ends at
-        once unless the VM is slow."""
+    def _started(
+        self,
+        task: str,
+        slot: vsphere.Slot | None,
+        effect: Callable[[], None],
+        *,
+        vm: FakeVm | None = None,
+        fault: vsphere.VsphereError | None = None,
+    ) -> None:
+        """`task` runs (in `slot`); `effect` is what its end does (none when it ends with
+        `fault`). It ends at once unless the service or the VM is slow."""
         if slot is not None:
             slot.bind(task)
         self.tasks[task] = vsphere.TaskState.RUNNING
         self._ending[task] = effect
-        assert self.vm is not None
-        if not self.vm.slow:
+        if fault is not None:
+            self.faults[task] = fault
+        on = vm if vm is not None else self.vm
+        if not (self.slow or (on is not None and on.slow)):
             self.end(task)
+
+    def running(self) -> list[str]:
+        """The tasks still running, oldest first."""
+        return [t for t, state in self.tasks.items() if state is vsphere.TaskState.RUNNING]
 
     def end(self, task: str) -> None:
         """The task ends: its effect, its slot freed, and the news (as `Session.follow`)."""
-        self._ending.pop(task)()
-        self.tasks[task] = vsphere.TaskState.SUCCESS
+        effect = self._ending.pop(task)
+        if task in self.faults:
+            self.tasks[task] = vsphere.TaskState.ERROR
+        else:
+            effect()
+            self.tasks[task] = vsphere.TaskState.SUCCESS
         self.registry.task_slots(SERVER).finished(task)
         self.registry._task_ended(SERVER, task)
 
     async def task(self, *, task_ref: str) -> vsphere.TaskFacts:
-        self.calls.append(("task", self._stored_phase()))
+        self._record("task")
         if task_ref not in self.tasks:
             raise vsphere.NotFound(f"vCenter no longer knows task {task_ref}")
-        return vsphere.TaskFacts(moid=task_ref, state=self.tasks[task_ref])
+        return vsphere.TaskFacts(
+            moid=task_ref,
+            state=self.tasks[task_ref],
+            description_id=vfacts.CREATE_VM if task_ref in self.creates else "",
+            result_moid=self.results.get(task_ref),
+            error=self.faults.get(task_ref),
+        )
 
     async def follow_task(self, *, task_ref: str) -> None:
-        self.calls.append(("follow_task", self._stored_phase()))
+        self._record("follow_task")
+
+    async def creates_in_flight(self, *, placement: vsphere.Placement) -> list[vsphere.TaskFacts]:
+        self._record("creates_in_flight")
+        return [
+            vsphere.TaskFacts(
+                moid=t, state=vsphere.TaskState.RUNNING, description_id=vfacts.CREATE_VM
+            )
+            for t in self.creates
+            if self.tasks.get(t) is vsphere.TaskState.RUNNING
+        ]
+
+    def _busy(self, vm: FakeVm, task: str) -> vsphere.VsphereError | None:
+        """vCenter's answer to a task on a VM another one still runs on: none when free
+        (`task` now runs on it)."""
+        if vm.busy is not None and self.tasks.get(vm.busy) is vsphere.TaskState.RUNNING:
+            return vsphere.TransientError(f"TaskInProgress: {vm.busy} runs on VM {vm.name}")
+        vm.busy = task
+        return None
+
+    def _claimed(self, vm: FakeVm, expected: vsphere.OwnershipMarkers, method: str) -> None:
+        if vm.owner != expected:
+            self.not_ours.append(f"{method} {vm.name}")
 
     # --- the VM ----------------------------------------------------------------------
 
+    async def inspect_storage(
+        self, *, placement: vsphere.Placement
+    ) -> tuple[list[vsphere.Problem], int]:
+        self._record("inspect_storage")
+        return [], 1 << 40
+
+    async def cluster_hosts(
+        self, *, datacenter: str, cluster: str, host_group: str | None = None
+    ) -> list[vsphere.HostState]:
+        self._record("cluster_hosts")
+        return list(self.hosts)
+
+    async def vm_by_moid(self, *, moid: str) -> vsphere.VmFacts | None:
+        self._record("vm_by_moid")
+        found = self._by_moid(moid)
+        return None if found is None else found.facts()
+
     async def vm_by_uuid(self, *, datacenter: str, bios_uuid: str) -> vsphere.VmFacts | None:
-        self.calls.append(("vm_by_uuid", self._stored_phase()))
+        self._record("vm_by_uuid")
         if "vm_by_uuid" in self.fail:
             raise self.fail.pop("vm_by_uuid")
-        return None if self.vm is None else self.vm.facts()
+        found = self._by_uuid(bios_uuid)
+        return None if found is None else found.facts()
+
+    async def vm_by_name(
+        self, *, placement: vsphere.Placement, name: str
+    ) -> vsphere.VmFacts | None:
+        self._record("vm_by_name")
+        found = self.named(name)
+        return found[0].facts() if found else None
+
+    async def start_create(
+        self, *, request: vsphere.VmRequest, slot: vsphere.Slot
+    ) -> vsphere.Started:
+        """`CreateVM_Task`, as `provision.start` starts it: a name held by our VM is
+        handed back to converge, by another's refused; a name a running create reserves
+        is `CreationInFlight`."""
+        self._record("start_create")
+        try:
+            if "start_create" in self.fail:
+                raise self.fail.pop("start_create")
+            holder = next(iter(self.named(request.name)), None)
+            if holder is not None:
+                if holder.owner != request.markers:
+                    raise vsphere.AlreadyExists(f"VM {request.name} exists and is not ours")
+                return vsphere.Started(existing=holder.facts())
+            reserved = [
+                t
+                for t, name in self.creates.items()
+                if name == request.name and self.tasks[t] is vsphere.TaskState.RUNNING
+            ]
+            if reserved:
+                raise vsphere.CreationInFlight(f"a creation of VM {request.name} runs")
+            n = next(self._ids)
+            task = f"task-{n}"
+            vm = FakeVm(
+                cdroms={3000: cdrom(backing=request.iso_file)},
+                owner=request.markers,
+                name=request.name,
+                bios_uuid=request.bios_uuid or ps.uuid(n),
+                moid=f"vm-{n}",
+                power=vsphere.PowerState.OFF,
+            )
+            self.creates[task] = request.name
+            self.results[task] = vm.moid
+            self._started(task, slot, lambda: self.place(vm), vm=vm)
+            return vsphere.Started(task=task)
+        finally:
+            if slot.task is None:
+                slot.release()
+
+    async def converge_vm(
+        self, *, request: vsphere.VmRequest, vm_moid: str, slot: vsphere.Slot
+    ) -> str | None:
+        """Tags, then `PowerOnVM_Task` (None when the VM runs already)."""
+        self._record("converge_vm")
+        try:
+            vm = self._by_moid(vm_moid)
+            if vm is None:
+                raise vsphere.NotFound(f"no VM {vm_moid}")
+            self._claimed(vm, request.markers, "converge_vm")
+            if vm.power is vsphere.PowerState.ON:
+                return None
+            task = f"task-{next(self._ids)}"
+            fault = self._busy(vm, task)
+
+            def on() -> None:
+                vm.power, vm.busy = vsphere.PowerState.ON, None
+
+            self._started(task, slot, on, vm=vm, fault=fault)
+            return task
+        finally:
+            if slot.task is None:
+                slot.release()
+
+    async def start_delete(
+        self,
+        *,
+        datacenter: str,
+        bios_uuid: str,
+        markers: vsphere.OwnershipMarkers,
+        slot: vsphere.Slot,
+    ) -> vsphere.DeleteStep:
+        """As `vms.start_delete`: power off while not off, then destroy; a VM not ours is
+        refused."""
+        self._record("start_delete")
+        try:
+            vm = self._by_uuid(bios_uuid)
+            if vm is None:
+                return vsphere.DeleteStep("")
+            self._claimed(vm, markers, "start_delete")
+            if vm.owner != markers:
+                raise vsphere.OwnershipMismatch(f"VM {vm.name} is not ours")
+            facts = vm.facts()
+            task = f"task-{next(self._ids)}"
+            fault = self._busy(vm, task)
+            if vm.power is not vsphere.PowerState.OFF:
+
+                def off() -> None:
+                    vm.power, vm.busy = vsphere.PowerState.OFF, None
+
+                self._started(task, slot, off, vm=vm, fault=fault)
+                return vsphere.DeleteStep("power off", task, facts)
+            self._started(task, slot, lambda: self.remove(vm), vm=vm, fault=fault)
+            return vsphere.DeleteStep("destroy", task, facts)
+        finally:
+            if slot.task is None:
+                slot.release()
 
     async def start_stamp(
         self,
@@ -448,7 +695,7 @@ class Setup:
             pool=pool,
             key=KEY,
             waits=self.waits,
-            _service=self.service,  # type: ignore[arg-type]
+            _service=self.service,
         )
         inputs = VmInputs(
             deps=self.h.deps,

@@ -53,15 +53,15 @@ async def test_a_recorded_create_still_running_is_followed_and_the_vm_not_looked
     s = es.setup(es.vsphere_agent(), es.installed_agent())
     s.service.tasks[TASK] = RUNNING  # (started by an earlier process)
     inputs, _ = s.ctx()
-    task, plan = await vm_lookup.look_up(s.service, inputs, creation())  # type: ignore[arg-type]
+    task, plan = await vm_lookup.look_up(s.service, inputs, creation())
     assert task is not None
     assert task.running
     assert plan.step is vm_decide.ResumeStep.WAIT
     assert s.service.methods() == ["task", "follow_task"]  # no VM lookup while it runs
-    assert inputs.vcenter.wait_task(s.service, task.moid) == WAITING  # type: ignore[arg-type]
+    assert inputs.vcenter.wait_task(s.service, task.moid) == WAITING
     # a pass woken by something else meanwhile: nothing to ask vCenter
     inputs, _ = s.ctx()
-    again, _ = await vm_lookup.look_up(s.service, inputs, creation())  # type: ignore[arg-type]
+    again, _ = await vm_lookup.look_up(s.service, inputs, creation())
     assert again is not None
     assert again.running
     assert s.service.methods() == ["task", "follow_task"]
@@ -75,18 +75,18 @@ async def test_a_recorded_delete_step_still_running_is_followed_and_read_once_it
     inputs, writer = s.ctx()
     service = s.service
     record = deletion("DestroyIssued")
-    ended = await vm_delete_tasks.outcome(inputs, writer, service, record)  # type: ignore[arg-type]
+    ended = await vm_delete_tasks.outcome(inputs, writer, service, record)
     assert ended == WAITING
     assert service.methods() == ["task", "follow_task"]
     assert s.waits.waiting(es.KEY)
     inputs, writer = s.ctx()  # woken by something else meanwhile: nothing to ask vCenter
-    assert await vm_delete_tasks.outcome(inputs, writer, service, record) == WAITING  # type: ignore[arg-type]
+    assert await vm_delete_tasks.outcome(inputs, writer, service, record) == WAITING
     assert service.methods() == ["task", "follow_task"]
     service.tasks[TASK] = vsphere.TaskState.SUCCESS
     s.service.registry._task_ended(es.SERVER, TASK)
     assert s.woken == [es.KEY]
     inputs, writer = s.ctx()
-    assert await vm_delete_tasks.outcome(inputs, writer, service, record) is True  # type: ignore[arg-type]
+    assert await vm_delete_tasks.outcome(inputs, writer, service, record) is True
     assert service.methods() == ["task", "follow_task", "task"]
 
 
@@ -96,20 +96,20 @@ async def test_a_noted_power_off_still_running_is_followed_and_stays_noted_until
     service.tasks[TASK] = RUNNING
     vm = es.vm_facts()
     inputs, writer = s.ctx()
-    inputs.vcenter.note(service, vm_delete_tasks.POWER_OFF, task=TASK, about=es.UUID, vm=vm)  # type: ignore[arg-type]
-    noted = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=es.UUID)  # type: ignore[arg-type]
+    inputs.vcenter.note(service, vm_delete_tasks.POWER_OFF, task=TASK, about=es.UUID, vm=vm)
+    noted = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=es.UUID)
     assert noted is not None
     record, note = noted
     assert (record.phase, record.task_ref) == ("PowerOffIssued", TASK)
-    ended = await vm_delete_tasks.outcome(inputs, writer, service, record, noted=note)  # type: ignore[arg-type]
+    ended = await vm_delete_tasks.outcome(inputs, writer, service, record, noted=note)
     assert ended == WAITING
     assert service.methods() == ["task", "follow_task"]
     inputs, writer = s.ctx()  # the next pass finds it noted again (read once, kept while running)
-    again = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=es.UUID)  # type: ignore[arg-type]
+    again = vm_delete_tasks.noted_power_off(inputs, service, bios_uuid=es.UUID)
     assert again is not None
     service.tasks[TASK] = vsphere.TaskState.SUCCESS
     s.service.registry._task_ended(es.SERVER, TASK)
     assert s.woken == [es.KEY]
     inputs, writer = s.ctx()
-    assert await vm_delete_tasks.outcome(inputs, writer, service, again[0], noted=again[1]) is False  # type: ignore[arg-type]
+    assert await vm_delete_tasks.outcome(inputs, writer, service, again[0], noted=again[1]) is False
     assert writer.has_pending is False  # nothing written: the VM is looked up next
