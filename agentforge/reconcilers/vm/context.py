@@ -82,7 +82,9 @@ class VcenterApi(Protocol):
     `vsphere.VsphereService` they use, with its signatures (the seam below vCenter).
 
     `VcenterHandle.service` builds the real service; the unit tests hand in a fake
-    vCenter with the same task model (`tests/unit/reconcilers/ejection_support.py`)."""
+    vCenter with the same task model (`tests/unit/reconcilers/ejection_support.py`), so
+    the crash and resume of every checkpoint is a unit table
+    (`tests/unit/reconcilers/test_vm_crash_table.py`, docs/design/0005)."""
 
     @property
     def vcenter(self) -> str:
