@@ -443,7 +443,7 @@ def controller(
 # * `agent_forge_pool_spares{namespace,pool,state}`: warm spares (`status.spares`),
 #   `state` one of `wanted`, `ready`, `creating`.
 #
-# A deleted pool's series are removed (`forget`), so dashboards never show a pool
+# A deleted pool's series are removed (`forget_metrics`), so dashboards never show a pool
 # that no longer exists.
 
 MIB: Final = 1024**2
