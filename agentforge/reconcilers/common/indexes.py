@@ -39,7 +39,7 @@ from agentforge import identity
 from agentforge.api import kinds, names, wire
 from agentforge.api.views import parse_node_pool_annotation
 from agentforge.kube.informer import Informer
-from agentforge.kube.store import IndexFunc, ObjectKey, key_for
+from agentforge.kube.store import IndexFunc, ObjectKey, object_key
 
 POOLS_BY_NODE_POOL: Final = "agent-forge/pools-by-node-pool"
 POOLS_BY_INFRA_ENV: Final = "agent-forge/pools-by-infra-env"
@@ -203,13 +203,7 @@ def _pools_by_secret(obj: JsonObj) -> Iterable[str]:
 
 def keys_of(objs: Iterable[JsonObj]) -> list[ObjectKey]:
     """The keys of cached objects (what an index lookup returns), to enqueue."""
-    return [
-        key_for(
-            namespace=wire.text(wire.get(obj, "metadata", "namespace")),
-            name=obj["metadata"]["name"],
-        )
-        for obj in objs
-    ]
+    return [object_key(obj) for obj in objs]
 
 
 INDEXES: Final[Mapping[kinds.Kind, Mapping[str, IndexFunc]]] = {
