@@ -49,6 +49,13 @@ async def created(world: World, name: str) -> dict[str, Any]:
     return await world.condition(VA, name, "Ready", status="True", reason="VMReady")
 
 
+async def one_vm(world: World) -> dict[str, Any]:
+    """The pool with its ISO, and va1 whose VM runs (returned Ready)."""
+    await pool_with_iso(world)
+    await world.create_vsphere_agent("va1")
+    return await created(world, "va1")
+
+
 def calls(counters: dict[str, Any], method: str) -> int:
     return int(counters.get("methods", {}).get(method, 0))
 
@@ -294,9 +301,7 @@ async def destroying(world: World, vcsim_control: VcsimControl) -> dict[str, Any
     """va1's VM runs; va1 is deleted with `Destroy_Task` delayed 3 s; returns the
     recorded `status.deletion` once the destroy has started."""
     async with world.run():
-        await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-        await created(world, "va1")
+        await one_vm(world)
     await vcsim_control.set_delay("Destroy_Task", 3000, stage="task")
     await world.kube.delete(VA, namespace=world.namespace, name="va1")
     phase = "DestroyIssued"
@@ -340,9 +345,7 @@ async def test_a_power_off_running_unrecorded_at_a_restart_is_started_again_then
     # reads the VM, which still runs, and powers it off again; vCenter refuses that as
     # already off, or runs it once the first one ended. Either way one destroy follows.
     async with world.run():
-        await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-        va = await created(world, "va1")
+        va = await one_vm(world)
     bios_uuid = status_of(va)["vm"]["biosUUID"]
     await vcsim_control.set_delay("PowerOffVM_Task", 3000, stage="task")
     await vcsim_control.reset_counters()
@@ -376,9 +379,7 @@ async def test_a_power_off_the_previous_version_recorded_is_resumed_by_its_ref(
     # (phase PowerOffIssued); the new one waits for that task, starts no power-off of
     # its own, and destroys the VM once.
     async with world.run():
-        await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-        va = await created(world, "va1")
+        va = await one_vm(world)
     vm = await vm_of(world, status_of(va)["vm"]["biosUUID"])
     assert vm is not None
     await vcsim_control.set_delay("PowerOffVM_Task", 2000, stage="task")
@@ -417,9 +418,7 @@ async def test_a_failed_destroy_is_reported_then_started_again(
     world: World, vcsim_control: VcsimControl
 ) -> None:
     async with world.run():
-        await pool_with_iso(world)
-        await world.create_vsphere_agent("va1")
-        await created(world, "va1")
+        await one_vm(world)
         await vcsim_control.fail_next_tasks("Destroy_Task", 1, "GenericVmConfigFault")
         await world.kube.delete(VA, namespace=world.namespace, name="va1")
 
